@@ -1,0 +1,54 @@
+# Tributary — set-up, tests and the demo. Every target works alone on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+APT_PACKAGES = postgresql-15 postgresql-contrib redis-server openjdk-17-jre-headless
+PYTEST_ARGS ?=
+
+.PHONY: setup system-packages test unit integration lint demo bench clean
+
+setup: system-packages $(VENV)/.installed
+
+# Debian packages, installed only when missing (idempotent).
+system-packages:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@# Debian starts a system redis and postgres on their default ports; Tributary uses its own.
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+unit: setup
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: setup
+	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+demo: setup
+	$(BIN)/tributary up
+	$(BIN)/tributary status
+	$(BIN)/tributary topics
+
+bench: setup
+	@ls bench/*.py >/dev/null 2>&1 && for b in bench/*.py; do $(BIN)/python $$b; done || echo "no benchmarks yet"
+
+clean:
+	-$(BIN)/tributary down --purge
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

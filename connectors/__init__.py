@@ -1,0 +1,1 @@
+"""Adapters to the outside world: Kafka, PostgreSQL, Redis, tantivy, Debezium properties."""

@@ -1,0 +1,1 @@
+"""Settings, the local stack, the supervisor, the CLI and the demo."""

@@ -1,0 +1,23 @@
+"""Errors of the local stack, the supervisor and the CLI."""
+
+from tributary.errors import TributaryError
+
+
+class InfraError(TributaryError):
+    """The local stack or the runtime could not do what was asked."""
+
+
+class MissingBinaryError(InfraError):
+    """A program the stack needs is not installed."""
+
+
+class PortInUseError(InfraError):
+    """A port the stack needs is taken by another process."""
+
+
+class StartTimeoutError(InfraError):
+    """A service did not answer in time, or died while starting."""
+
+
+class StateFolderError(InfraError):
+    """The state folder cannot be used (permissions, foreign files)."""

@@ -1,0 +1,104 @@
+"""Tributary's settings: the only place that reads the environment.
+
+Values come, highest priority first, from keyword arguments, ``TRIBUTARY_*``
+environment variables, the TOML file named by ``TRIBUTARY_CONFIG_FILE`` (default
+``./tributary.toml`` when present), then the defaults below. Lower layers receive
+small config objects built here (:meth:`Settings.kafka`, ...), never the settings.
+"""
+
+import os
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from connectors.kafka.config import KafkaConfig
+
+CONFIG_FILE_ENV = "TRIBUTARY_CONFIG_FILE"
+DEFAULT_CONFIG_FILE = "tributary.toml"
+
+
+class Settings(BaseSettings):
+    """Typed, frozen settings. Every field maps to ``TRIBUTARY_<FIELD>`` in upper case."""
+
+    model_config = SettingsConfigDict(env_prefix="TRIBUTARY_", frozen=True, extra="ignore")
+
+    home: Path = Field(Path(".tributary"), description="State folder of the local stack.")
+
+    # Local stack ports (all bound to 127.0.0.1).
+    postgres_port: int = Field(15432, description="Local PostgreSQL port.")
+    broker_port: int = Field(19092, description="Local Kafka-protocol broker (Tansu) port.")
+    redis_port: int = Field(16379, description="Local Redis port.")
+    objectstore_port: int = Field(18333, description="Local SeaweedFS S3 gateway port.")
+    objectstore_internal_port: int = Field(
+        18340,
+        description="First of 7 consecutive ports SeaweedFS uses inside (master, volume, filer).",
+    )
+
+    # Binaries.
+    postgres_bin_dir: Path = Field(
+        Path("/usr/lib/postgresql/15/bin"), description="PostgreSQL 15 server binaries."
+    )
+    redis_server_bin: str = Field("redis-server", description="redis-server executable.")
+
+    # External endpoints: when set, Tributary uses them instead of the local stack.
+    kafka_bootstrap_servers: str | None = Field(
+        None, description="Kafka bootstrap servers of an existing cluster."
+    )
+    postgres_url: str | None = Field(
+        None, description="SQLAlchemy URL of an existing PostgreSQL (postgresql+psycopg://...)."
+    )
+    redis_url: str | None = Field(None, description="URL of an existing Redis (redis://...).")
+    spark_master: str = Field("local[2]", description="Spark master URL.")
+
+    start_timeout_s: float = Field(
+        60.0, description="Seconds each local service may take to start."
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = Path(os.environ.get(CONFIG_FILE_ENV, DEFAULT_CONFIG_FILE))
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if path.is_file():
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+    # -- derived endpoints -------------------------------------------------------------
+
+    @property
+    def uses_local_stack(self) -> bool:
+        return self.kafka_bootstrap_servers is None or self.postgres_url is None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.kafka_bootstrap_servers or f"127.0.0.1:{self.broker_port}"
+
+    @property
+    def database_url(self) -> str:
+        return self.postgres_url or (
+            f"postgresql+psycopg://postgres@127.0.0.1:{self.postgres_port}/tributary"
+        )
+
+    @property
+    def cache_url(self) -> str:
+        return self.redis_url or f"redis://127.0.0.1:{self.redis_port}/0"
+
+    def kafka(self, client_id: str = "tributary") -> KafkaConfig:
+        return KafkaConfig(bootstrap_servers=self.bootstrap_servers, client_id=client_id)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the settings (environment, file, defaults), with explicit overrides on top."""
+    return Settings(**overrides)  # type: ignore[arg-type]

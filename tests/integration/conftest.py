@@ -1,0 +1,82 @@
+"""The integration session: one real stack for all tests, or the services named in the env.
+
+Set ``TRIBUTARY_TEST_KAFKA_BOOTSTRAP_SERVERS``, ``TRIBUTARY_TEST_POSTGRES_URL`` and
+``TRIBUTARY_TEST_REDIS_URL`` to run the same tests against existing services; otherwise the
+session starts a local stack in a temporary folder on free ports and tears it down.
+"""
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from connectors.kafka import KafkaConfig
+from infra.settings import Settings, load_settings
+from infra.stack import LocalStack
+from tests.stackenv import isolated_settings
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where the session's services are; ``local`` is set when the session started them."""
+
+    settings: Settings
+    local: LocalStack | None
+
+    @property
+    def kafka(self) -> KafkaConfig:
+        return self.settings.kafka("tributary-test")
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.settings.bootstrap_servers
+
+    @property
+    def database_url(self) -> str:
+        return self.settings.database_url
+
+    @property
+    def postgres_dsn(self) -> str:
+        """libpq form of the database URL (for psycopg)."""
+        return self.settings.database_url.replace("postgresql+psycopg://", "postgresql://")
+
+    @property
+    def redis_url(self) -> str:
+        return self.settings.cache_url
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "/integration/" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Endpoints]:
+    external = {
+        "kafka_bootstrap_servers": os.environ.get("TRIBUTARY_TEST_KAFKA_BOOTSTRAP_SERVERS"),
+        "postgres_url": os.environ.get("TRIBUTARY_TEST_POSTGRES_URL"),
+        "redis_url": os.environ.get("TRIBUTARY_TEST_REDIS_URL"),
+    }
+    if all(external.values()):
+        yield Endpoints(load_settings(**external), None)
+        return
+    settings = isolated_settings("tributary-session-")
+    local = LocalStack(settings)
+    local.up()
+    try:
+        yield Endpoints(settings, local)
+    finally:
+        local.down()
+        shutil.rmtree(settings.home.parent, ignore_errors=True)
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique suffix for topic, table and slot names."""
+    return uuid.uuid4().hex[:10]
