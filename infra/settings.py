@@ -18,6 +18,7 @@ from pydantic_settings import (
 )
 
 from connectors.kafka.config import KafkaConfig
+from connectors.postgres import PostgresConfig
 
 CONFIG_FILE_ENV = "TRIBUTARY_CONFIG_FILE"
 DEFAULT_CONFIG_FILE = "tributary.toml"
@@ -97,6 +98,9 @@ class Settings(BaseSettings):
 
     def kafka(self, client_id: str = "tributary") -> KafkaConfig:
         return KafkaConfig(bootstrap_servers=self.bootstrap_servers, client_id=client_id)
+
+    def postgres(self) -> PostgresConfig:
+        return PostgresConfig(url=self.database_url)
 
 
 def load_settings(**overrides: object) -> Settings:
