@@ -1,0 +1,133 @@
+"""The change-event model: a Debezium record decoded from Kafka.
+
+Lives in ``connectors`` (a serde) so every layer may decode changes; ``cdc`` re-exports it.
+Wire format (``converter.schemas.enable=false``): key = JSON object of the primary-key
+columns; value = the Debezium envelope ``{"op", "before", "after", "source", "ts_ms"}``;
+a delete is followed by a tombstone (same key, null value). Headers ``lsn`` and ``txId``
+carry the source position as ASCII decimals.
+"""
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from connectors.errors import ConnectorError
+
+Op = Literal["c", "u", "d", "r", "t", "m"]
+Row = dict[str, Any]
+Headers = Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None
+
+LSN_HEADER = "lsn"
+TXID_HEADER = "txId"
+
+
+class ChangeDecodeError(ConnectorError):
+    """A record is not a Debezium change event (wrong JSON, missing fields)."""
+
+
+@dataclass(frozen=True)
+class SourcePosition:
+    """Where a change sits in the WAL: LSN (grows per key) and transaction id."""
+
+    lsn: int
+    tx_id: int | None
+    ts_ms: int | None
+    schema: str
+    table: str
+    snapshot: bool
+
+
+@dataclass(frozen=True)
+class ChangeEvent:
+    """One change of one row, or a tombstone (``op is None``: value was null)."""
+
+    topic: str
+    key: Row
+    op: Op | None
+    before: Row | None
+    after: Row | None
+    source: SourcePosition | None
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.op is None
+
+    @property
+    def position(self) -> int:
+        """The LSN, for per-key position guards (a tombstone carries its delete's LSN)."""
+        if self.source is None:
+            raise ChangeDecodeError(
+                f"{self.topic}: a tombstone without an lsn header has no position"
+            )
+        return self.source.lsn
+
+    @property
+    def row(self) -> Row | None:
+        """The row's state after this change (None after a delete or for a tombstone)."""
+        return self.after
+
+    @property
+    def is_delete(self) -> bool:
+        return self.op == "d" or self.op is None
+
+    @classmethod
+    def from_kafka(
+        cls, topic: str, key: bytes | None, value: bytes | None, headers: Headers = None
+    ) -> "ChangeEvent":
+        """Decode a record; raises :class:`ChangeDecodeError` saying what is wrong."""
+        if key is None:
+            raise ChangeDecodeError(f"{topic}: change without a key (tables need a primary key)")
+        parsed_key = _json_object(topic, "key", key)
+        if value is None:
+            return cls(topic, parsed_key, None, None, None, _position_from_headers(headers))
+        envelope = _json_object(topic, "value", value)
+        if "payload" in envelope and "schema" in envelope:
+            envelope = envelope["payload"]  # schemas.enable=true envelopes
+        op = envelope.get("op")
+        if op not in ("c", "u", "d", "r", "t", "m"):
+            raise ChangeDecodeError(f"{topic}: envelope has no valid op (got {op!r})")
+        source = envelope.get("source")
+        if not isinstance(source, dict) or source.get("lsn") is None:
+            raise ChangeDecodeError(f"{topic}: envelope has no source.lsn")
+        position = SourcePosition(
+            lsn=int(source["lsn"]),
+            tx_id=None if source.get("txId") is None else int(source["txId"]),
+            ts_ms=source.get("ts_ms"),
+            schema=str(source.get("schema", "")),
+            table=str(source.get("table", "")),
+            snapshot=str(source.get("snapshot", "false")) not in ("false", "False"),
+        )
+        return cls(topic, parsed_key, op, envelope.get("before"), envelope.get("after"), position)
+
+
+def _json_object(topic: str, what: str, raw: bytes) -> dict[str, Any]:
+    try:
+        parsed = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ChangeDecodeError(f"{topic}: {what} is not JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise ChangeDecodeError(f"{topic}: {what} is not a JSON object")
+    if "payload" in parsed and "schema" in parsed and what == "key":
+        payload = parsed["payload"]
+        if isinstance(payload, dict):
+            return payload
+    return parsed
+
+
+def _header(headers: Headers, name: str) -> bytes | None:
+    if headers is None:
+        return None
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    for key, value in items:
+        if key == name:
+            return value
+    return None
+
+
+def _position_from_headers(headers: Headers) -> SourcePosition | None:
+    lsn = _header(headers, LSN_HEADER)
+    if lsn is None:
+        return None
+    tx = _header(headers, TXID_HEADER)
+    return SourcePosition(int(lsn), int(tx) if tx else None, None, "", "", False)
