@@ -1,0 +1,69 @@
+"""Turning domain events into JSON rows and back (with upcasting), validated by pydantic."""
+
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from event_store.errors import EventDecodeError, UnknownEventTypeError
+from event_store.event import Event, EventRegistry, JsonObject, NewEvent, RecordedEvent
+from event_store.upcasting import Upcasters
+
+T = TypeVar("T")
+
+
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
+
+
+def adapter(cls: type[T]) -> TypeAdapter[T]:
+    """One pydantic adapter per dataclass (building one is the expensive part)."""
+    found = _ADAPTERS.get(cls)
+    if found is None:
+        found = _ADAPTERS[cls] = TypeAdapter(cls)
+    return found
+
+
+def to_json(value: object) -> JsonObject:
+    """A dataclass instance as a JSON-ready dict (datetimes as ISO 8601, tuples as lists)."""
+    data: Any = adapter(type(value)).dump_python(value, mode="json")
+    if not isinstance(data, dict):
+        raise TypeError(f"{type(value).__name__} does not serialise to a JSON object")
+    return data
+
+
+class EventCodec:
+    """Encodes events for the store and decodes stored events into the current classes."""
+
+    def __init__(self, events: EventRegistry, upcasters: Upcasters | None = None) -> None:
+        self.events = events
+        self.upcasters = upcasters or Upcasters()
+
+    def encode(self, event: Event, metadata: JsonObject | None = None) -> NewEvent:
+        if (event.event_name, event.schema_version) not in self.events:
+            raise UnknownEventTypeError(
+                f"{type(event).__qualname__} ({event.event_name} v{event.schema_version}) "
+                "is not registered with this domain's EventRegistry"
+            )
+        return NewEvent(
+            event_type=event.event_name,
+            schema_version=event.schema_version,
+            data=to_json(event),
+            metadata=metadata or {},
+        )
+
+    def decode(self, recorded: RecordedEvent) -> Event:
+        """The stored event upcast to its newest shape and validated into its class."""
+        current = self.upcasters.upcast(recorded)
+        cls = self.events.get(current.event_type, current.schema_version)
+        if cls is None:
+            raise UnknownEventTypeError(
+                f"event {recorded.event_id} ({recorded.event_type} v{recorded.schema_version}, "
+                f"upcast to {current.event_type} v{current.schema_version}) has no class: "
+                "register the class or an upcaster to a registered version"
+            )
+        try:
+            event: Event = adapter(cls).validate_python(current.data)
+        except ValidationError as exc:
+            raise EventDecodeError(
+                f"event {recorded.event_id} does not fit {cls.__qualname__}: {exc}"
+            ) from exc
+        return event

@@ -1,0 +1,324 @@
+"""The Kafka entry point: a processor for the ``commands`` topic and a client that sends to it.
+
+Wire format. ``commands``: key = the aggregate's stream id (so one stream's commands stay
+in order on one partition), value = JSON ``{"command_id": str, "type": str, "data": {…}}``.
+``command-results``: key = the command id, value = the result's JSON
+(``{"status": "accepted", …}`` or ``{"status": "rejected", "reason": …}``).
+
+Position strategy. The processor reads *assigned* partitions (no consumer group: a group
+join costs ~23 s on the local broker, and one processor owns its partitions). For each
+batch it handles every message through the :class:`CommandBus`, produces each result,
+flushes the producer, and only then stores the next offsets in PostgreSQL
+(``consumer_positions``). A crash anywhere re-reads at most the last batch, which is
+harmless: the bus records every handled command id with its result in the same
+transaction as its events, so a re-read command appends nothing and its first result is
+published again (same key, same value). Storing the offset in the command's own
+transaction instead would lose the result of a command committed just before a crash.
+Messages without a usable command id cannot be recorded; they are rejected again,
+identically, and nothing is stored for them.
+"""
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from connectors.errors import KafkaError
+from connectors.kafka import KafkaConfig, TopicAdmin, TopicSpec
+from connectors.kafka.config import ClientValue
+from connectors.kafka.offsets import probe_consumer, true_watermarks
+from event_store.bus import CommandBus
+from event_store.command import CommandResult, Rejected, result_from_json
+from event_store.consumer_positions import ConsumerPositions
+from event_store.errors import (
+    CommandTimeoutError,
+    ConcurrencyError,
+    EventStoreError,
+    MalformedCommandError,
+)
+from event_store.registry import CommandRegistry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CommandTopics:
+    """Names and partition count of the command and result topics."""
+
+    commands: str = "commands"
+    results: str = "command-results"
+    partitions: int = 4
+
+    def specs(self) -> list[TopicSpec]:
+        return [
+            TopicSpec(self.commands, self.partitions, "delete"),
+            TopicSpec(self.results, self.partitions, "delete"),
+        ]
+
+
+def ensure_topics(kafka: KafkaConfig, topics: CommandTopics) -> None:
+    """Create the command and result topics if absent (checking them otherwise)."""
+    admin = TopicAdmin(kafka)
+    for spec in topics.specs():
+        admin.ensure(spec)
+
+
+@dataclass(frozen=True)
+class CommandEnvelope:
+    """A decoded ``commands`` message: its id, its type name and its data (not yet checked)."""
+
+    command_id: str
+    type: str
+    data: dict[str, Any]
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {"command_id": self.command_id, "type": self.type, "data": self.data}
+        ).encode()
+
+
+def parse_envelope(value: bytes | None) -> CommandEnvelope:
+    """Decode a message value; raises :class:`MalformedCommandError` saying what is wrong."""
+    if value is None:
+        raise MalformedCommandError("message has no value (expected a JSON command envelope)")
+    try:
+        parsed = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MalformedCommandError(f"message value is not JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise MalformedCommandError("message value must be a JSON object")
+    command_id = parsed.get("command_id")
+    if not isinstance(command_id, str) or not command_id.strip():
+        raise MalformedCommandError("command_id is missing or not a non-empty string")
+    command_type = parsed.get("type")
+    if not isinstance(command_type, str) or not command_type:
+        raise MalformedCommandError("type is missing or not a non-empty string", command_id)
+    data = parsed.get("data", {})
+    if not isinstance(data, dict):
+        raise MalformedCommandError("data must be a JSON object", command_id)
+    extra = sorted(set(parsed) - {"command_id", "type", "data"})
+    if extra:
+        raise MalformedCommandError(f"unknown envelope fields: {', '.join(extra)}", command_id)
+    return CommandEnvelope(command_id, command_type, data)
+
+
+def handle_message(bus: CommandBus, value: bytes | None) -> CommandResult:
+    """The result of one ``commands`` message; never raises for a bad message.
+
+    Errors of the infrastructure (PostgreSQL unreachable, ...) do propagate: the message
+    was not handled, and the processor must not move past it.
+    """
+    try:
+        envelope = parse_envelope(value)
+    except MalformedCommandError as exc:
+        return Rejected(exc.command_id, exc.reason)
+    previous = bus.previous_result(envelope.command_id)
+    if previous is not None:
+        return previous
+    try:
+        command = bus.registry.decode(envelope.type, envelope.data)
+        return bus.send(command, envelope.command_id)
+    except ConcurrencyError as exc:
+        return Rejected(envelope.command_id, f"gave up after retries: {exc}")
+    except EventStoreError as exc:
+        return Rejected(envelope.command_id, str(exc))
+
+
+class CommandProcessor:
+    """Consumes ``commands``, handles each through the bus, produces to ``command-results``."""
+
+    def __init__(
+        self,
+        bus: CommandBus,
+        kafka: KafkaConfig,
+        topics: CommandTopics | None = None,
+        consumer_name: str = "command-processor",
+        partitions: Sequence[int] | None = None,
+        batch_size: int = 500,
+    ) -> None:
+        self.bus = bus
+        self.kafka = kafka
+        self.topics = topics or CommandTopics()
+        self.positions = ConsumerPositions(bus.store.tables, consumer_name)
+        self.batch_size = batch_size
+        self.handled = 0
+        self._stop = threading.Event()
+        consumer_props: dict[str, ClientValue] = {
+            "group.id": consumer_name,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "fetch.wait.max.ms": 50,
+        }
+        self._consumer = Consumer(kafka.client_properties(**consumer_props))
+        self._producer = Producer(
+            kafka.client_properties(**{"enable.idempotence": True, "linger.ms": 5})
+        )
+        self._partitions = list(partitions) if partitions is not None else None
+        self._assigned = False
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return after the current batch (thread-safe)."""
+        self._stop.set()
+
+    def run(self, poll_timeout: float = 0.5) -> None:
+        """Process batches until :meth:`stop` is called."""
+        try:
+            while not self._stop.is_set():
+                self.process_batch(poll_timeout)
+        finally:
+            self.close()
+
+    def process_batch(self, timeout: float = 0.5) -> int:
+        """Handle the next batch (up to ``batch_size`` messages); returns how many."""
+        self._assign()
+        messages = self._consumer.consume(self.batch_size, timeout)
+        next_offsets: dict[int, int] = {}
+        handled = 0
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.fatal():
+                    raise KafkaError(f"consuming {self.topics.commands}: {err.str()}", err.name())
+                log.warning("consume error on %s: %s", self.topics.commands, err.str())
+                continue
+            result = handle_message(self.bus, msg.value())
+            key = None if result.command_id is None else result.command_id.encode()
+            self._producer.produce(
+                self.topics.results, key=key, value=json.dumps(result.to_json()).encode()
+            )
+            self._producer.poll(0)
+            partition, offset = msg.partition(), msg.offset()
+            if partition is not None and offset is not None:
+                next_offsets[partition] = offset + 1
+            handled += 1
+        if not next_offsets:
+            return 0
+        if self._producer.flush(30) != 0:
+            raise KafkaError(f"results not delivered to {self.topics.results} within 30 s")
+        with self.bus.store.engine.begin() as conn:
+            self.positions.save(conn, self.topics.commands, next_offsets)
+        self.handled += handled
+        return handled
+
+    def close(self) -> None:
+        self._producer.flush(30)
+        self._consumer.close()
+
+    def _assign(self) -> None:
+        if self._assigned:
+            return
+        topic = self.topics.commands
+        metadata = self._consumer.list_topics(topic, timeout=15)
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None or not info.partitions:
+            raise KafkaError(f"topic {topic} does not exist: run `tributary run commands` once")
+        partitions = self._partitions or sorted(info.partitions)
+        with self.bus.store.engine.connect() as conn:
+            stored = self.positions.load(conn, topic)
+        self._consumer.assign(
+            [TopicPartition(topic, p, stored.get(p, OFFSET_BEGINNING)) for p in partitions]
+        )
+        self._assigned = True
+
+
+class CommandClient:
+    """Sends commands to the ``commands`` topic and, optionally, waits for their results."""
+
+    def __init__(
+        self,
+        kafka: KafkaConfig,
+        topics: CommandTopics | None = None,
+        registry: CommandRegistry | None = None,
+    ) -> None:
+        self.kafka = kafka
+        self.topics = topics or CommandTopics()
+        self.registry = registry
+        self._producer = Producer(kafka.client_properties(**{"enable.idempotence": True}))
+
+    def send(
+        self,
+        command_type: str,
+        data: dict[str, Any],
+        command_id: str | None = None,
+        key: str | None = None,
+    ) -> str:
+        """Produce one command (flushed); returns its command id.
+
+        The key defaults to the command's stream id when a registry is given and the
+        command decodes, else to the command id.
+        """
+        command_id = command_id or str(uuid.uuid4())
+        key = key or self._stream_key(command_type, data) or command_id
+        envelope = CommandEnvelope(command_id, command_type, data)
+        self._producer.produce(self.topics.commands, key=key.encode(), value=envelope.to_json())
+        if self._producer.flush(30) != 0:
+            raise KafkaError(f"command not delivered to {self.topics.commands} within 30 s")
+        return command_id
+
+    def send_and_wait(
+        self,
+        command_type: str,
+        data: dict[str, Any],
+        command_id: str | None = None,
+        key: str | None = None,
+        timeout: float = 30.0,
+    ) -> CommandResult:
+        """Send, then wait for the result on ``command-results``."""
+        waiter = ResultWaiter(self.kafka, self.topics.results)
+        try:
+            sent_id = self.send(command_type, data, command_id, key)
+            return waiter.wait(sent_id, timeout)
+        finally:
+            waiter.close()
+
+    def _stream_key(self, command_type: str, data: dict[str, Any]) -> str | None:
+        if self.registry is None:
+            return None
+        try:
+            command = self.registry.decode(command_type, data)
+            stream_id: str = self.registry.route(command).stream_id(command)
+        except EventStoreError:
+            return None
+        return stream_id
+
+
+class ResultWaiter:
+    """Reads ``command-results`` from its end at creation time, looking for command ids."""
+
+    def __init__(self, kafka: KafkaConfig, topic: str) -> None:
+        self.topic = topic
+        self._consumer = probe_consumer(kafka)
+        metadata = self._consumer.list_topics(topic, timeout=15)
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None or not info.partitions:
+            self._consumer.close()
+            raise KafkaError(f"topic {topic} does not exist: start `tributary run commands`")
+        marks = true_watermarks(self._consumer, [(topic, p) for p in info.partitions])
+        self._consumer.assign(
+            [TopicPartition(topic, p, marks[(topic, p)][1]) for p in sorted(info.partitions)]
+        )
+
+    def wait(self, command_id: str, timeout: float = 30.0) -> CommandResult:
+        """The result for ``command_id``; raises :class:`CommandTimeoutError` after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        wanted = command_id.encode()
+        while time.monotonic() < deadline:
+            for msg in self._consumer.consume(100, min(0.5, max(deadline - time.monotonic(), 0))):
+                if msg.error() is not None or msg.key() != wanted:
+                    continue
+                value = msg.value()
+                if value is not None:
+                    return result_from_json(json.loads(value))
+        raise CommandTimeoutError(
+            f"no result for command {command_id} on {self.topic} within {timeout:.0f} s; "
+            "is `tributary run commands` running?"
+        )
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -1,0 +1,115 @@
+"""Events: immutable facts with a type name and a schema version.
+
+A domain event is a frozen dataclass deriving from :class:`Event`; the class keywords name
+it and give its schema version (``name`` defaults to the class name, ``version`` to 1)::
+
+    @dataclass(frozen=True)
+    class PostCreated(Event, name="PostCreated", version=2):
+        post_id: int
+        text: str
+
+What the store writes is a :class:`NewEvent` (type, schema version, JSON data); what it
+reads back is a :class:`RecordedEvent`, which adds the stream, version and global position.
+"""
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+
+JsonObject = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of domain events. Subclasses are frozen dataclasses."""
+
+    event_name: ClassVar[str] = "Event"
+    schema_version: ClassVar[int] = 1
+
+    def __init_subclass__(cls, *, name: str | None = None, version: int = 1, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if version < 1:
+            raise ValueError(f"{cls.__name__}: schema version must be >= 1, got {version}")
+        cls.event_name = name or cls.__name__
+        cls.schema_version = version
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """Where an event sits in the global order: its writer's transaction id, then its sequence.
+
+    ``read_all`` returns events in this order. ``sequence`` alone is unique and grows with
+    each insert, but a transaction that started earlier may commit later with a lower
+    sequence; ordering by transaction first (and reading only finished transactions)
+    is what lets a reader resume after a position without ever skipping an event.
+    """
+
+    transaction_id: int
+    sequence: int
+
+    def __str__(self) -> str:
+        return f"{self.transaction_id}.{self.sequence}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Position":
+        """The inverse of ``str()``: ``"<transaction_id>.<sequence>"``."""
+        tx, _, seq = text.partition(".")
+        try:
+            return cls(int(tx), int(seq))
+        except ValueError as exc:
+            raise ValueError(f"not a position: {text!r} (expected '<txid>.<sequence>')") from exc
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event ready to append: type, schema version, JSON data and metadata."""
+
+    event_type: str
+    data: JsonObject
+    schema_version: int = 1
+    metadata: JsonObject = field(default_factory=dict)
+    event_id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    """An event as stored: a :class:`NewEvent` plus its stream, version and position."""
+
+    event_id: uuid.UUID
+    stream_id: str
+    stream_type: str
+    version: int
+    event_type: str
+    schema_version: int
+    data: JsonObject
+    metadata: JsonObject
+    recorded_at: datetime
+    position: Position
+
+
+class EventRegistry:
+    """The event classes a domain knows, by (name, schema version)."""
+
+    def __init__(self, classes: "list[type[Event]] | None" = None) -> None:
+        self._classes: dict[tuple[str, int], type[Event]] = {}
+        for cls in classes or []:
+            self.register(cls)
+
+    def register(self, cls: type[Event]) -> type[Event]:
+        """Add an event class (usable as a decorator); a name+version is taken once."""
+        key = (cls.event_name, cls.schema_version)
+        existing = self._classes.get(key)
+        if existing is not None and existing is not cls:
+            raise ValueError(
+                f"event type {key[0]} v{key[1]} is already {existing.__qualname__}; "
+                "bump the schema version and add an upcaster instead"
+            )
+        self._classes[key] = cls
+        return cls
+
+    def get(self, name: str, version: int) -> type[Event] | None:
+        return self._classes.get((name, version))
+
+    def __contains__(self, key: tuple[str, int]) -> bool:
+        return key in self._classes

@@ -1,0 +1,119 @@
+"""The command handler registry: which aggregate and stream a command goes to, and who decides.
+
+::
+
+    registry = CommandRegistry(EventCodec(EventRegistry([PostCreated, ...])))
+
+    @registry.handler(CreatePost, Post, stream=lambda c: f"post-{c.post_id}")
+    def create_post(post: Post, command: CreatePost, ctx: HandlerContext) -> None:
+        post.create(command.author_id, command.text, ctx.now)
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from pydantic import ValidationError
+from sqlalchemy import Connection
+
+from event_store.aggregate import Aggregate
+from event_store.codec import EventCodec, adapter
+from event_store.command import Command
+from event_store.errors import CommandDecodeError, UnknownCommandTypeError
+from event_store.event import EventRegistry
+
+C = TypeVar("C", bound=Command)
+A = TypeVar("A", bound=Aggregate[Any])
+
+
+@dataclass(frozen=True)
+class HandlerContext:
+    """What a handler may use besides the aggregate.
+
+    ``connection`` is the command's own transaction: reads through it (a CRUD table, say)
+    happen in the same transaction as the append.
+    """
+
+    command_id: str
+    now: datetime
+    connection: Connection
+
+
+Handle = Callable[[A, C, HandlerContext], None]
+
+
+@dataclass(frozen=True)
+class Route(Generic[C, A]):
+    """How one command type is handled."""
+
+    command_type: type[C]
+    aggregate_type: type[A]
+    stream_id: Callable[[C], str]
+    handle: Handle[A, C]
+
+
+class CommandRegistry:
+    """Command types by name, each with its aggregate type, stream id and handler."""
+
+    def __init__(self, codec: EventCodec | None = None) -> None:
+        self.codec = codec or EventCodec(EventRegistry())
+        self._routes: dict[str, Route[Any, Any]] = {}
+
+    def register(
+        self,
+        command_type: type[C],
+        aggregate_type: type[A],
+        stream: Callable[[C], str],
+        handle: Handle[A, C],
+    ) -> None:
+        name = command_type.command_name
+        if name in self._routes:
+            raise ValueError(f"command type {name} already has a handler")
+        self._routes[name] = Route(command_type, aggregate_type, stream, handle)
+
+    def handler(
+        self, command_type: type[C], aggregate_type: type[A], stream: Callable[[C], str]
+    ) -> Callable[[Handle[A, C]], Handle[A, C]]:
+        """Decorator form of :meth:`register`."""
+
+        def decorate(handle: Handle[A, C]) -> Handle[A, C]:
+            self.register(command_type, aggregate_type, stream, handle)
+            return handle
+
+        return decorate
+
+    def route(self, command: Command) -> Route[Any, Any]:
+        route = self._routes.get(command.command_name)
+        if route is None or not isinstance(command, route.command_type):
+            raise UnknownCommandTypeError(
+                f"no handler for command type {command.command_name}; known: {self.names()}"
+            )
+        return route
+
+    def names(self) -> list[str]:
+        return sorted(self._routes)
+
+    def decode(self, type_name: object, data: object) -> Command:
+        """A command from its wire form (type name + JSON object), validated strictly."""
+        if not isinstance(type_name, str):
+            raise CommandDecodeError(f"command type must be a string, got {type_name!r}")
+        route = self._routes.get(type_name)
+        if route is None:
+            raise UnknownCommandTypeError(
+                f"unknown command type {type_name!r}; known: {', '.join(self.names())}"
+            )
+        if not isinstance(data, dict):
+            raise CommandDecodeError(f"{type_name}: data must be a JSON object, got {data!r}")
+        unknown = sorted(set(data) - {f.name for f in fields(route.command_type)})
+        if unknown:
+            raise CommandDecodeError(f"{type_name}: unknown fields {', '.join(map(str, unknown))}")
+        try:
+            command: Command = adapter(route.command_type).validate_python(data, strict=True)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'data'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise CommandDecodeError(f"{type_name}: {problems}") from exc
+        return command

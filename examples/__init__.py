@@ -1,0 +1,1 @@
+"""Example domains built on Tributary; the framework never imports them."""

@@ -1,0 +1,60 @@
+"""The social domain's command registry: commands → aggregates, with the users-table checks."""
+
+from sqlalchemy import Table
+
+from event_store import CommandRegistry, CommandRejected, EventCodec, EventRegistry
+from event_store import HandlerContext as Ctx
+from examples.social.follows import (
+    FOLLOW_EVENTS,
+    Following,
+    FollowUser,
+    UnfollowUser,
+    follows_stream,
+)
+from examples.social.posts import (
+    POST_EVENTS,
+    POST_UPCASTERS,
+    CreatePost,
+    DeletePost,
+    EditPost,
+    Post,
+    post_stream,
+)
+from examples.social.users import user_exists, users_table
+
+
+def social_registry(users: Table | None = None) -> CommandRegistry:
+    """Handlers for posts and follows; ``users`` is the CRUD table authors must exist in."""
+    users = users_table() if users is None else users
+    codec = EventCodec(EventRegistry([*POST_EVENTS, *FOLLOW_EVENTS]), POST_UPCASTERS)
+    registry = CommandRegistry(codec)
+
+    def require_user(ctx: Ctx, user_id: int, role: str) -> None:
+        if not user_exists(ctx.connection, users, user_id):
+            raise CommandRejected(f"unknown {role}: no user {user_id}")
+
+    @registry.handler(CreatePost, Post, stream=lambda c: post_stream(c.post_id))
+    def create_post(post: Post, c: CreatePost, ctx: Ctx) -> None:
+        require_user(ctx, c.author_id, "author")
+        post.create(c.post_id, c.author_id, c.text, ctx.now)
+
+    @registry.handler(EditPost, Post, stream=lambda c: post_stream(c.post_id))
+    def edit_post(post: Post, c: EditPost, ctx: Ctx) -> None:
+        post.edit(c.post_id, c.text, ctx.now)
+
+    @registry.handler(DeletePost, Post, stream=lambda c: post_stream(c.post_id))
+    def delete_post(post: Post, c: DeletePost, ctx: Ctx) -> None:
+        post.delete(c.post_id, ctx.now)
+
+    @registry.handler(FollowUser, Following, stream=lambda c: follows_stream(c.follower_id))
+    def follow(following: Following, c: FollowUser, ctx: Ctx) -> None:
+        if c.follower_id != c.followee_id:
+            require_user(ctx, c.follower_id, "follower")
+            require_user(ctx, c.followee_id, "followee")
+        following.follow(c.follower_id, c.followee_id, ctx.now)
+
+    @registry.handler(UnfollowUser, Following, stream=lambda c: follows_stream(c.follower_id))
+    def unfollow(following: Following, c: UnfollowUser, ctx: Ctx) -> None:
+        following.unfollow(c.follower_id, c.followee_id, ctx.now)
+
+    return registry

@@ -1,0 +1,161 @@
+"""Posts, event-sourced: created, edited, deleted. Every event carries hashtags and creation time.
+
+An early release stored ``PostPublished`` v1 (no hashtags, ``published_at``); the upcaster in
+:data:`POST_UPCASTERS` turns it into today's ``PostCreated`` v2 on read, so the old rows
+stay untouched.
+"""
+
+import re
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from event_store import Aggregate, Command, CommandRejected, Event, Upcasters
+from event_store.event import JsonObject
+
+MAX_TEXT = 500
+_HASHTAG = re.compile(r"#(\w+)")
+
+
+def hashtags(text: str) -> tuple[str, ...]:
+    """Distinct hashtags of ``text``, lower-cased, in order of first use."""
+    return tuple(dict.fromkeys(tag.lower() for tag in _HASHTAG.findall(text)))
+
+
+def check_text(text: str) -> None:
+    if not text.strip():
+        raise CommandRejected("post text is empty")
+    if len(text) > MAX_TEXT:
+        raise CommandRejected(f"post text has {len(text)} characters; the limit is {MAX_TEXT}")
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CreatePost(Command):
+    post_id: int
+    author_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class EditPost(Command):
+    post_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class DeletePost(Command):
+    post_id: int
+
+
+# -- events -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PostCreated(Event, name="PostCreated", version=2):
+    post_id: int
+    author_id: int
+    text: str
+    hashtags: tuple[str, ...]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class PostEdited(Event, name="PostEdited"):
+    post_id: int
+    author_id: int
+    text: str
+    hashtags: tuple[str, ...]
+    created_at: datetime
+    edited_at: datetime
+
+
+@dataclass(frozen=True)
+class PostDeleted(Event, name="PostDeleted"):
+    post_id: int
+    author_id: int
+    hashtags: tuple[str, ...]
+    created_at: datetime
+    deleted_at: datetime
+
+
+POST_EVENTS: list[type[Event]] = [PostCreated, PostEdited, PostDeleted]
+
+
+def _published_v1_to_created_v2(data: JsonObject) -> JsonObject:
+    return {
+        "post_id": data["post_id"],
+        "author_id": data["author_id"],
+        "text": data["text"],
+        "hashtags": list(hashtags(data["text"])),
+        "created_at": data["published_at"],
+    }
+
+
+POST_UPCASTERS = Upcasters()
+POST_UPCASTERS.register("PostPublished", 1, "PostCreated", 2, _published_v1_to_created_v2)
+
+
+# -- aggregate --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PostState:
+    created: bool = False
+    deleted: bool = False
+    author_id: int = 0
+    text: str = ""
+    hashtags: tuple[str, ...] = ()
+    created_at: datetime | None = None
+
+
+class Post(Aggregate[PostState]):
+    """One post's stream, ``post-<post_id>``."""
+
+    stream_type = "post"
+
+    @classmethod
+    def initial_state(cls) -> PostState:
+        return PostState()
+
+    @classmethod
+    def evolve(cls, state: PostState, event: Event) -> PostState:
+        match event:
+            case PostCreated():
+                return PostState(
+                    True, False, event.author_id, event.text, event.hashtags, event.created_at
+                )
+            case PostEdited():
+                return replace(state, text=event.text, hashtags=event.hashtags)
+            case PostDeleted():
+                return replace(state, deleted=True)
+        return state
+
+    def create(self, post_id: int, author_id: int, text: str, now: datetime) -> None:
+        if self.state.created:
+            raise CommandRejected(f"post {post_id} already exists")
+        check_text(text)
+        self.record(PostCreated(post_id, author_id, text, hashtags(text), now))
+
+    def edit(self, post_id: int, text: str, now: datetime) -> None:
+        created_at = self._live(post_id, "edit")
+        check_text(text)
+        tags = hashtags(text)
+        self.record(PostEdited(post_id, self.state.author_id, text, tags, created_at, now))
+
+    def delete(self, post_id: int, now: datetime) -> None:
+        created_at = self._live(post_id, "delete")
+        s = self.state
+        self.record(PostDeleted(post_id, s.author_id, s.hashtags, created_at, now))
+
+    def _live(self, post_id: int, verb: str) -> datetime:
+        if not self.state.created or self.state.created_at is None:
+            raise CommandRejected(f"cannot {verb} post {post_id}: it does not exist")
+        if self.state.deleted:
+            raise CommandRejected(f"cannot {verb} post {post_id}: it was deleted")
+        return self.state.created_at
+
+
+def post_stream(post_id: int) -> str:
+    return f"post-{post_id}"
