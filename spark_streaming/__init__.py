@@ -1,1 +1,1 @@
-"""spark_streaming package."""
+"""Spark Structured Streaming for Tributary: the Kafka source, view jobs, checkpoints, replay."""

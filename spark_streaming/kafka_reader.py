@@ -1,0 +1,185 @@
+"""Reading Kafka for the Spark source with confluent-kafka: partition discovery, true end
+offsets, and the exact, deterministic read of one offset range as Arrow record batches.
+
+Everything here runs in Spark's Python processes (the planner and the executors): clients are
+created inside the functions, never pickled.
+"""
+
+import time
+from collections.abc import Iterator, Mapping
+
+import pyarrow as pa  # type: ignore[import-untyped]
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import KafkaError as RdKafkaError
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from connectors.kafka.config import KafkaConfig
+from connectors.kafka.offsets import true_watermarks
+from spark_streaming.errors import DataLossError, StreamingError
+from spark_streaming.kafka_offsets import OffsetRange, TopicPartitionKey
+from spark_streaming.kafka_options import EARLIEST, KafkaSourceOptions
+
+KAFKA_SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+        StructField(
+            "headers",
+            ArrayType(
+                StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+            ),
+        ),
+    ]
+)
+ARROW_SCHEMA = to_arrow_schema(KAFKA_SCHEMA, timezone="UTC")
+ROWS_PER_ARROW_BATCH = 8192
+
+
+def source_consumer(options: KafkaSourceOptions, **overrides: str | int | bool) -> Consumer:
+    """A group-less consumer for assigned reads (no JoinGroup, no offset commits)."""
+    config = KafkaConfig(
+        bootstrap_servers=options.bootstrap_servers,
+        client_id="tributary-spark-source",
+        extra={k: v for k, v in options.client.items() if k != "bootstrap.servers"},
+    )
+    props = config.client_properties(
+        **{"group.id": "tributary-spark-source", "auto.offset.reset": "error"},
+        **{"enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 100},
+    )
+    props.update(overrides)
+    return Consumer(props)
+
+
+def discover(
+    consumer: Consumer, options: KafkaSourceOptions, timeout: float
+) -> list[TopicPartitionKey]:
+    """The topic-partitions the source reads now (subscribe list or pattern)."""
+    try:
+        metadata = consumer.list_topics(timeout=timeout)
+    except Exception as exc:  # confluent_kafka.KafkaException
+        raise StreamingError(f"cannot list topics at {options.bootstrap_servers}: {exc}") from exc
+    found: list[TopicPartitionKey] = []
+    for name, topic in metadata.topics.items():
+        if name.startswith("__") or not options.matches(name) or topic.error is not None:
+            continue
+        found.extend((name, p) for p in topic.partitions)
+    return sorted(found)
+
+
+def watermarks(
+    consumer: Consumer, partitions: list[TopicPartitionKey], timeout: float
+) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
+    """(earliest, true end) per partition; the end is read from a fetch response."""
+    marks = true_watermarks(consumer, partitions, timeout)
+    return {tp: m[0] for tp, m in marks.items()}, {tp: m[1] for tp, m in marks.items()}
+
+
+def read_range(options: KafkaSourceOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """Exactly the records of ``[start, end)`` of one partition, in offset order.
+
+    Offsets at or past ``end`` are never returned, so a range reads the same records every time.
+    Gaps (compaction, transaction markers) are skipped; the end-of-partition signal closes a
+    range whose last offsets hold no record. Raises :class:`DataLossError` when the start is no
+    longer on the broker, unless ``failOnDataLoss=false``.
+    """
+    topic, partition, end = offset_range.topic, offset_range.partition, offset_range.end
+    consumer = source_consumer(options)
+    try:
+        start = _checked_start(consumer, options, offset_range)
+        if start >= end:
+            return
+        consumer.assign([TopicPartition(topic, partition, start)])
+        yield from _consume(consumer, options, offset_range, start)
+    finally:
+        consumer.close()
+
+
+def _checked_start(consumer: Consumer, options: KafkaSourceOptions, r: OffsetRange) -> int:
+    low, _ = consumer.get_watermark_offsets(
+        TopicPartition(r.topic, r.partition), timeout=options.poll_timeout_s
+    )
+    if r.start == EARLIEST:
+        return int(low)
+    if r.start < low:
+        if options.fail_on_data_loss:
+            raise DataLossError(
+                f"{r.topic}[{r.partition}]: offsets {r.start}..{low - 1} are no longer on the"
+                " broker. Set failOnDataLoss=false to skip them."
+            )
+        return int(low)
+    return r.start
+
+
+def _consume(
+    consumer: Consumer, options: KafkaSourceOptions, r: OffsetRange, start: int
+) -> Iterator[pa.RecordBatch]:
+    columns: dict[str, list[object]] = {f.name: [] for f in ARROW_SCHEMA}
+    position = start
+    deadline = time.monotonic() + options.poll_timeout_s
+    while position < r.end:
+        messages = consumer.consume(min(r.end - position, 10_000), timeout=0.5)
+        if messages:
+            deadline = time.monotonic() + options.poll_timeout_s
+        elif time.monotonic() > deadline:
+            raise StreamingError(
+                f"{r.topic}[{r.partition}]: no record for {options.poll_timeout_s:.0f}s at offset"
+                f" {position}, expected up to {r.end - 1} (broker down or range deleted?)"
+            )
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == RdKafkaError._PARTITION_EOF:
+                    if (message.offset() or 0) >= r.end:
+                        position = r.end
+                    continue
+                raise StreamingError(
+                    f"{r.topic}[{r.partition}] fetch failed at {position}: {error.str()}"
+                )
+            offset = message.offset() or 0
+            if offset >= r.end:
+                position = r.end
+                break
+            _append(columns, message)
+            position = offset + 1
+        if len(columns["offset"]) >= ROWS_PER_ARROW_BATCH:
+            yield _batch(columns)
+            columns = {f.name: [] for f in ARROW_SCHEMA}
+    if columns["offset"]:
+        yield _batch(columns)
+
+
+def _append(columns: Mapping[str, list[object]], message: object) -> None:
+    m = message
+    kind, ts = m.timestamp()  # type: ignore[attr-defined]
+    columns["key"].append(m.key())  # type: ignore[attr-defined]
+    columns["value"].append(m.value())  # type: ignore[attr-defined]
+    columns["topic"].append(m.topic())  # type: ignore[attr-defined]
+    columns["partition"].append(m.partition())  # type: ignore[attr-defined]
+    columns["offset"].append(m.offset())  # type: ignore[attr-defined]
+    columns["timestamp"].append(None if ts < 0 else ts * 1000)
+    columns["timestampType"].append(max(0, kind - 1))
+    headers = m.headers()  # type: ignore[attr-defined]
+    columns["headers"].append(
+        None if headers is None else [{"key": k, "value": v} for k, v in headers]
+    )
+
+
+def _batch(columns: Mapping[str, list[object]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array(columns[f.name], type=f.type) for f in ARROW_SCHEMA], schema=ARROW_SCHEMA
+    )

@@ -1,0 +1,147 @@
+"""The project's Kafka source on Spark 4's Python Data Source API (used when Spark's own Kafka
+connector jar is not on the classpath).
+
+Same columns and option names as Spark's connector. The planner side (``latestOffset``,
+``partitions``) discovers partitions and reads true end offsets; each micro-batch is one
+:class:`KafkaRange` per partition, read by executors with assigned consumers. Offsets live only
+in Spark's checkpoint.
+"""
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from spark_streaming.kafka_offsets import (
+    OffsetRange,
+    Offsets,
+    TopicPartitionKey,
+    check_data_loss,
+    data_loss_error,
+    flatten,
+    nest,
+    plan_end,
+    plan_ranges,
+)
+from spark_streaming.kafka_options import EARLIEST, LATEST, KafkaSourceOptions
+from spark_streaming.kafka_reader import (
+    KAFKA_SCHEMA,
+    discover,
+    read_range,
+    source_consumer,
+    watermarks,
+)
+
+SOURCE_NAME = "tributary_kafka"
+
+
+class KafkaRange(InputPartition):
+    """One partition's offset range of a micro-batch (pickled to an executor)."""
+
+    def __init__(self, offset_range: OffsetRange) -> None:
+        super().__init__(offset_range)
+        self.range = offset_range
+
+
+class KafkaDataSource(DataSource):
+    """``readStream.format("tributary_kafka")``: Kafka records as Spark's connector has them."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return KAFKA_SCHEMA
+
+    def streamReader(self, schema: StructType) -> "KafkaStreamReader":
+        return KafkaStreamReader(KafkaSourceOptions.parse(dict(self.options)))
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans micro-batches over Kafka offsets; reads each range exactly."""
+
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+        self._consumer: Any = None
+        self._target: dict[TopicPartitionKey, int] | None = None
+        self._latest: Offsets | None = None
+
+    # -- planner side ------------------------------------------------------------------
+
+    def _client(self) -> Any:
+        if self._consumer is None:
+            self._consumer = source_consumer(self.options)
+        return self._consumer
+
+    def _marks(self) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
+        consumer = self._client()
+        partitions = discover(consumer, self.options, self.options.poll_timeout_s)
+        return watermarks(consumer, partitions, self.options.poll_timeout_s)
+
+    def initialOffset(self) -> Offsets:
+        lows, highs = self._marks()
+        starting = self.options.starting
+        if starting == "earliest":
+            return nest(lows)
+        if starting == "latest":
+            return nest(highs)
+        given = flatten(starting)
+        resolved: dict[TopicPartitionKey, int] = {}
+        for tp, high in highs.items():
+            offset = given.get(tp, EARLIEST)
+            resolved[tp] = lows[tp] if offset == EARLIEST else high if offset == LATEST else offset
+        return nest(resolved)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_offsets_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        _, self._target = self._marks()
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        lows, highs = self._marks()
+        problems = check_data_loss(start, lows, highs)
+        if problems and self.options.fail_on_data_loss:
+            raise data_loss_error(problems)
+        latest = dict(highs)
+        if self._target is not None:
+            # availableNow: nothing past the ends seen when the query started
+            latest = {
+                tp: min(h, self._target[tp]) for tp, h in latest.items() if tp in self._target
+            }
+        if not self.options.fail_on_data_loss:
+            gone = {tp for tp in flatten(start) if tp not in highs}
+            start = nest({tp: o for tp, o in flatten(start).items() if tp not in gone})
+        self._latest = nest(highs)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return plan_end(start, latest, max_rows)
+
+    def reportLatestOffset(self) -> Offsets | None:
+        return self._latest
+
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[KafkaRange]:
+        return [KafkaRange(r) for r in plan_ranges(start, end, self.options.fail_on_data_loss)]
+
+    def commit(self, end: Offsets) -> None:
+        """Offsets stay in Spark's checkpoint only: nothing to commit to Kafka."""
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    # -- executor side -----------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaRange)
+        return read_range(self.options, partition.range)

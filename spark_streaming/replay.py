@@ -1,0 +1,89 @@
+"""Replay: rebuild a view from offset zero into a shadow generation, then swap it in.
+
+The live view keeps serving reads (and its job keeps running) during the rebuild. The shadow
+gets a new checkpoint and starts at the earliest offsets with ``trigger(availableNow=True)``;
+when it has read everything that was in the topics at its start, the target swaps it in
+atomically. If the rebuild fails, the shadow is dropped and the live view is left as it was.
+A live job still on the old generation stops at its next batch and restarts on the new one.
+"""
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from connectors.kafka import KafkaConfig, TopicAdmin
+from projections.mirror_target import new_generation
+from projections.view import ViewSpec
+from spark_streaming.errors import ReplayError
+from spark_streaming.view_job import BatchReport, JobOptions, ViewJob, checkpoint_dir
+
+T = TypeVar("T")
+W = TypeVar("W")
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """A finished rebuild: the generation now live, the one it replaced, records read."""
+
+    view: str
+    generation: str
+    replaced: str | None
+    records: int
+    batches: int
+
+
+def topic_records(kafka: KafkaConfig, topics: tuple[str, ...]) -> int:
+    """Offsets to read from zero to the true ends (the progress bar's total)."""
+    infos = TopicAdmin(kafka).describe(list(topics))
+    return sum(info.records for info in infos)
+
+
+def replay(
+    spark: Any,
+    spec: ViewSpec[T, W],
+    kafka: KafkaConfig,
+    options: JobOptions,
+    *,
+    on_batch: Callable[[BatchReport], None] | None = None,
+) -> ReplayResult:
+    """Rebuild ``spec`` from offset zero and swap it in; raises :class:`ReplayError` on failure
+    (the live view is then untouched)."""
+    generation = new_generation()
+    spec.target.prepare(generation)
+    totals = {"records": 0, "batches": 0}
+
+    def count(report: BatchReport) -> None:
+        totals["records"] += report.records
+        totals["batches"] += 1
+        if on_batch is not None:
+            on_batch(report)
+
+    job = ViewJob(spark, spec, kafka, options, generation=generation, live=False, on_batch=count)
+    query = None
+    try:
+        query = job.start(available_now=True)
+        query.awaitTermination()
+        problem = query.exception()
+        if problem is not None:
+            raise ReplayError(f"rebuild of {spec.name} failed: {problem}")
+    except Exception as exc:
+        if query is not None and query.isActive:
+            query.stop()
+        job.sink_close()
+        spec.target.discard(generation)
+        shutil.rmtree(job.checkpoint, ignore_errors=True)
+        if isinstance(exc, ReplayError):
+            raise
+        raise ReplayError(
+            f"rebuild of {spec.name} failed, the live view is unchanged: {exc}"
+        ) from exc
+    job.sink_close()
+    try:
+        replaced = spec.target.swap_in(generation)
+    except Exception as exc:
+        spec.target.discard(generation)
+        raise ReplayError(f"swap of {spec.name} failed, the live view is unchanged: {exc}") from exc
+    if replaced is not None and replaced != generation:
+        shutil.rmtree(checkpoint_dir(options.checkpoint_root, spec.name, replaced), True)
+    return ReplayResult(spec.name, generation, replaced, totals["records"], totals["batches"])

@@ -1,0 +1,41 @@
+"""A SparkSession sized for Tributary's view jobs."""
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+
+def spark_session(
+    master: str = "local[2]",
+    app_name: str = "tributary-views",
+    *,
+    driver_memory: str = "1g",
+    shuffle_partitions: int = 2,
+    conf: Mapping[str, str] | None = None,
+) -> Any:
+    """Get or create the process's SparkSession: no UI, few shuffle partitions, loopback only,
+    and Python workers on this interpreter (so they import the same packages)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # The data-source planner process ignores spark.pyspark.python: name the interpreter here.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.pyspark.driver.python", sys.executable)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session

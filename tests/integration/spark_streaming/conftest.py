@@ -1,0 +1,48 @@
+"""Fixtures of the Spark streaming tests: one SparkSession per test session, a source table
+fed as Debezium would, and a views schema per test."""
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from spark_streaming.session import spark_session
+from spark_streaming.views import ViewsConfig
+from tests.integration.conftest import Endpoints
+from tests.integration.spark_streaming.changefeed import ChangeFeed
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    session = spark_session("local[2]", "tributary-tests", driver_memory="1g")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def views_schema(stack: Endpoints, unique: str) -> Iterator[str]:
+    schema = f"views_{unique}"
+    yield schema
+    with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.fixture
+def feed(stack: Endpoints, unique: str) -> Iterator[ChangeFeed]:
+    change_feed = ChangeFeed(stack.postgres_dsn, stack.kafka, "public", f"src_{unique}")
+    yield change_feed
+    change_feed.close()
+
+
+@pytest.fixture
+def views_config(stack: Endpoints, feed: ChangeFeed, views_schema: str, tmp_path: Path) -> ViewsConfig:
+    return ViewsConfig(
+        kafka=stack.kafka,
+        postgres_dsn=stack.postgres_dsn,
+        views_schema=views_schema,
+        checkpoint_root=tmp_path / "checkpoints",
+        mirror_tables=(feed.qualified,),
+        max_offsets_per_trigger=1000,
+    )
