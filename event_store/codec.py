@@ -64,6 +64,7 @@ class EventCodec:
             event: Event = adapter(cls).validate_python(current.data)
         except ValidationError as exc:
             raise EventDecodeError(
-                f"event {recorded.event_id} does not fit {cls.__qualname__}: {exc}"
+                f"event {recorded.event_id} does not fit {cls.__qualname__} (add or fix an "
+                f"upcaster from {recorded.event_type} v{recorded.schema_version}): {exc}"
             ) from exc
         return event

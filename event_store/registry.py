@@ -9,6 +9,7 @@
         post.create(command.author_id, command.text, ctx.now)
 """
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -109,7 +110,10 @@ class CommandRegistry:
         if unknown:
             raise CommandDecodeError(f"{type_name}: unknown fields {', '.join(map(str, unknown))}")
         try:
-            command: Command = adapter(route.command_type).validate_python(data, strict=True)
+            # JSON mode: strict types (no "5" for 5, no 1 for True), objects allowed for dataclasses.
+            command: Command = adapter(route.command_type).validate_json(
+                json.dumps(data), strict=True
+            )
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or 'data'}: {err['msg']}"

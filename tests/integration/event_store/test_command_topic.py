@@ -1,0 +1,152 @@
+"""End to end through Kafka: `commands` in, `command-results` out, events in the store."""
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Producer
+
+from connectors.kafka import TopicAdmin
+from event_store import Accepted, Rejected
+from event_store.command_topic import (
+    CommandClient,
+    CommandProcessor,
+    CommandTopics,
+    ResultWaiter,
+    ensure_topics,
+)
+from tests.integration.conftest import Endpoints
+from tests.integration.event_store.conftest import StoreEnv
+
+
+@pytest.fixture
+def topics(stack: Endpoints, unique: str) -> Iterator[CommandTopics]:
+    names = CommandTopics(f"commands-{unique}", f"command-results-{unique}", partitions=2)
+    ensure_topics(stack.kafka, names)
+    yield names
+    TopicAdmin(stack.kafka).delete(names.commands, names.results)
+
+
+def _start(processor: CommandProcessor) -> threading.Thread:
+    thread = threading.Thread(target=processor.run, kwargs={"poll_timeout": 0.2}, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_command_on_the_topic_yields_its_result(
+    stack: Endpoints, env: StoreEnv, topics: CommandTopics, unique: str
+) -> None:
+    bus = env.bus()
+    processor = CommandProcessor(bus, stack.kafka, topics, consumer_name=f"proc-{unique}")
+    thread = _start(processor)
+    client = CommandClient(stack.kafka, topics, registry=bus.registry)
+    try:
+        data = {"post_id": 1, "author_id": 1, "text": "over #kafka"}
+        result = client.send_and_wait("CreatePost", data, command_id="k-1", timeout=60)
+        assert isinstance(result, Accepted)
+        assert (result.stream_id, result.version, result.command_id) == ("post-1", 1, "k-1")
+        [event] = env.store.read_stream("post-1")
+        assert [str(event.event_id)] == list(result.event_ids)
+        assert event.data["hashtags"] == ["kafka"]
+
+        invalid = client.send_and_wait("EditPost", {"post_id": 2, "text": "x"}, timeout=60)
+        assert isinstance(invalid, Rejected) and "does not exist" in invalid.reason
+        wrong = client.send_and_wait("CreatePost", {"post_id": "one"}, timeout=60)
+        assert isinstance(wrong, Rejected) and "author_id" in wrong.reason
+        again = client.send_and_wait("CreatePost", data, command_id="k-1", timeout=60)
+        assert again == result
+        assert env.count_events() == 1
+    finally:
+        processor.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"not json", "not JSON"),
+        (b"[1, 2]", "JSON object"),
+        (b'{"type": "CreatePost", "data": {}}', "command_id"),
+        (None, "no value"),
+        (b"\xff\xfe", "not JSON"),
+    ],
+)
+def test_malformed_messages_get_a_rejected_result_and_never_stop_the_processor(
+    stack: Endpoints,
+    env: StoreEnv,
+    topics: CommandTopics,
+    unique: str,
+    value: bytes | None,
+    reason: str,
+) -> None:
+    bus = env.bus()
+    processor = CommandProcessor(bus, stack.kafka, topics, consumer_name=f"proc-{unique}")
+    producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
+    waiter = ResultWaiter(stack.kafka, topics.results)
+    bad_with_id = json.dumps({"command_id": "bad-1", "type": "CreatePost", "data": [1]}).encode()
+    producer.produce(topics.commands, key=b"x", value=value)
+    producer.produce(topics.commands, key=b"x", value=bad_with_id)
+    assert producer.flush(30) == 0
+    handled = 0
+    for _ in range(50):
+        handled += processor.process_batch(0.5)
+        if handled >= 2:
+            break
+    assert handled == 2
+    assert env.count_events() == 0
+    [keyless] = _results_without_key(stack, topics)
+    assert keyless["status"] == "rejected" and reason in keyless["reason"]
+    result = waiter.wait("bad-1", timeout=30)
+    assert isinstance(result, Rejected) and "data must be a JSON object" in result.reason
+    waiter.close()
+    processor.close()
+
+
+def _results_without_key(stack: Endpoints, topics: CommandTopics) -> list[dict[str, object]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": stack.bootstrap_servers, "group.id": "x", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topics.results, p, 0) for p in range(topics.partitions)])
+    out = []
+    try:
+        for msg in consumer.consume(2, timeout=10):
+            if msg.error() is None and msg.key() is None:
+                out.append(json.loads(msg.value()))
+    finally:
+        consumer.close()
+    return out
+
+
+def test_a_restarted_processor_resumes_after_its_stored_offsets(
+    stack: Endpoints, env: StoreEnv, topics: CommandTopics, unique: str
+) -> None:
+    bus = env.bus()
+    client = CommandClient(stack.kafka, topics, registry=bus.registry)
+    ids = [client.send("FollowUser", {"follower_id": 1, "followee_id": f}) for f in (2, 3)]
+    first = CommandProcessor(bus, stack.kafka, topics, consumer_name=f"proc-{unique}")
+    handled = 0
+    for _ in range(50):
+        handled += first.process_batch(0.5)
+        if handled >= 2:
+            break
+    first.close()
+    assert handled == 2 and env.count_events() == 2
+
+    later = client.send("FollowUser", {"follower_id": 1, "followee_id": 4})
+    second = CommandProcessor(bus, stack.kafka, topics, consumer_name=f"proc-{unique}")
+    handled = 0
+    for _ in range(20):
+        handled += second.process_batch(0.5)
+        if handled:
+            break
+    second.close()
+    assert handled == 1, "the restarted processor re-read handled commands"
+    assert env.count_events() == 3
+    assert bus.previous_result(later) is not None
+    assert all(isinstance(bus.previous_result(i), Accepted) for i in ids)
+    assert uuid.UUID(later)
