@@ -110,7 +110,7 @@ class CommandRegistry:
         if unknown:
             raise CommandDecodeError(f"{type_name}: unknown fields {', '.join(map(str, unknown))}")
         try:
-            # JSON mode: strict types (no "5" for 5, no 1 for True), objects allowed for dataclasses.
+            # JSON mode: strict types (no "5" for 5, no 1 for True), objects for dataclasses.
             command: Command = adapter(route.command_type).validate_json(
                 json.dumps(data), strict=True
             )
