@@ -102,6 +102,27 @@ class Settings(BaseSettings):
     def postgres(self) -> PostgresConfig:
         return PostgresConfig(url=self.database_url)
 
+    # Event store
+    event_store_schema: str = Field("event_store", description="Schema of the event store.")
+    event_store_snapshot_every: int = Field(
+        100, description="Snapshot an aggregate every N events (0: never)."
+    )
+    event_store_max_retries: int = Field(
+        5, description="Retries of a command after a concurrency conflict (fresh load each)."
+    )
+    commands_topic: str = Field("commands", description="Topic the command processor reads.")
+    command_results_topic: str = Field(
+        "command-results", description="Topic the command processor writes results to."
+    )
+    command_topic_partitions: int = Field(4, description="Partitions of both command topics.")
+    command_processor_name: str = Field(
+        "command-processor", description="Name under which the processor stores its offsets."
+    )
+    command_handlers: str = Field(
+        "examples.social:social_registry",
+        description="module:factory returning the CommandRegistry the processor serves.",
+    )
+
 
 def load_settings(**overrides: object) -> Settings:
     """Read the settings (environment, file, defaults), with explicit overrides on top."""

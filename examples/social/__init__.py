@@ -1,5 +1,7 @@
 """The demo's social network: users (a CRUD table), posts and follows (event-sourced)."""
 
+from sqlalchemy import Connection
+
 from examples.social.domain import social_registry
 from examples.social.follows import (
     Following,
@@ -35,7 +37,13 @@ __all__ = [
     "UserUnfollowed",
     "create_users_table",
     "hashtags",
+    "prepare_database",
     "social_registry",
     "upsert_user",
     "users_table",
 ]
+
+
+def prepare_database(connection: Connection) -> None:
+    """Create the demo's CRUD table (the processor calls this hook before it starts)."""
+    create_users_table(connection)

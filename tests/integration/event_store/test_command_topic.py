@@ -150,3 +150,37 @@ def test_a_restarted_processor_resumes_after_its_stored_offsets(
     assert bus.previous_result(later) is not None
     assert all(isinstance(bus.previous_result(i), Accepted) for i in ids)
     assert uuid.UUID(later)
+
+
+def test_cli_command_wait_prints_the_result_as_json(
+    stack: Endpoints, env: StoreEnv, topics: CommandTopics, unique: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from infra import cli_events  # noqa: F401  (registers `command` and `run-commands`)
+    from infra.cli_app import app
+
+    processor = CommandProcessor(env.bus(), stack.kafka, topics, consumer_name=f"proc-{unique}")
+    thread = _start(processor)
+    cli_env = {
+        "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        "TRIBUTARY_COMMANDS_TOPIC": topics.commands,
+        "TRIBUTARY_COMMAND_RESULTS_TOPIC": topics.results,
+        "TRIBUTARY_COMMAND_TOPIC_PARTITIONS": str(topics.partitions),
+    }
+    runner = CliRunner()
+    try:
+        data = '{"follower_id": 1, "followee_id": 2}'
+        ok = runner.invoke(app, ["command", "FollowUser", "--data", data, "--wait"], env=cli_env)
+        assert ok.exit_code == 0, ok.output
+        accepted = json.loads(ok.stdout)
+        assert accepted["status"] == "accepted" and accepted["stream_id"] == "follows-1"
+        again = runner.invoke(app, ["command", "FollowUser", "--data", data, "--wait"], env=cli_env)
+        assert again.exit_code == 2
+        assert "already follows" in json.loads(again.stdout)["reason"]
+        bad = runner.invoke(app, ["command", "FollowUser", "--data", "[1]"], env=cli_env)
+        assert bad.exit_code == 1
+    finally:
+        processor.stop()
+        thread.join(30)
+    assert env.count_events() == 1

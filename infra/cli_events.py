@@ -1,0 +1,132 @@
+"""CLI: the event store's command processor and a command sender.
+
+``tributary run-commands`` (and ``run_commands`` for ``tributary run commands``) consumes the
+``commands`` topic until SIGTERM/Ctrl-C; ``tributary command TYPE --data JSON [--wait]``
+sends one command through the topic and, with ``--wait``, prints its result as JSON.
+"""
+
+import importlib
+import json
+import signal
+import sys
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+
+from connectors.postgres import make_engine
+from event_store import CommandBus, CommandRegistry, EventStore, SnapshotPolicy, create_schema
+from event_store.command_topic import (
+    CommandClient,
+    CommandProcessor,
+    CommandTopics,
+    ensure_topics,
+)
+from infra.cli_app import app, console, fail, settings
+from infra.settings import Settings
+from tributary.errors import TributaryError
+
+
+def command_topics(s: Settings) -> CommandTopics:
+    return CommandTopics(s.commands_topic, s.command_results_topic, s.command_topic_partitions)
+
+
+def load_registry(spec: str) -> tuple[CommandRegistry, Any]:
+    """The registry named by ``module:factory`` (a factory or an instance), and its module."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        target = getattr(module, attr or "registry")
+    except (ImportError, AttributeError) as exc:
+        raise TributaryError(
+            f"cannot load command handlers {spec!r}: {exc}; "
+            "set TRIBUTARY_COMMAND_HANDLERS to module:factory"
+        ) from exc
+    registry = target() if callable(target) else target
+    if not isinstance(registry, CommandRegistry):
+        raise TributaryError(f"{spec} did not give a CommandRegistry (got {type(registry)})")
+    return registry, module
+
+
+def run_commands(s: Settings) -> None:
+    """Create what is missing (schema, topics, the domain's tables), then process commands."""
+    registry, module = load_registry(s.command_handlers)
+    engine = make_engine(s.postgres())
+    with engine.begin() as conn:
+        create_schema(conn, s.event_store_schema)
+        prepare = getattr(module, "prepare_database", None)
+        if callable(prepare):
+            prepare_database: Any = prepare
+            prepare_database(conn)
+    store = EventStore(engine, s.event_store_schema)
+    bus = CommandBus(
+        store,
+        registry,
+        SnapshotPolicy(s.event_store_snapshot_every),
+        max_retries=s.event_store_max_retries,
+    )
+    topics = command_topics(s)
+    kafka = s.kafka("tributary-commands")
+    ensure_topics(kafka, topics)
+    processor = CommandProcessor(bus, kafka, topics, consumer_name=s.command_processor_name)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        processor.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    console.print(
+        f"processing {topics.commands} → {topics.results} "
+        f"(handlers {s.command_handlers}, store schema {s.event_store_schema})"
+    )
+    processor.run()
+    console.print(f"stopped after {processor.handled} commands")
+
+
+@app.command("run-commands")
+def run_commands_command() -> None:
+    """Consume the commands topic and write each result to command-results (until Ctrl-C)."""
+    try:
+        run_commands(settings())
+    except TributaryError as exc:
+        fail(exc)
+
+
+@app.command()
+def command(
+    command_type: Annotated[
+        str, typer.Argument(metavar="TYPE", help="Command type, e.g. CreatePost.")
+    ],
+    data: Annotated[
+        str, typer.Option("--data", help="The command's data as a JSON object.")
+    ] = "{}",
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the result; print it.")] = False,
+    command_id: Annotated[
+        str | None, typer.Option("--id", help="Command id (default: a new UUID).")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 30.0,
+) -> None:
+    """Send a command through the commands topic; with --wait print its result as JSON."""
+    try:
+        parsed = json.loads(data)
+    except json.JSONDecodeError as exc:
+        fail(f"--data is not JSON: {exc}")
+    if not isinstance(parsed, dict):
+        fail("--data must be a JSON object")
+    s = settings()
+    try:
+        registry: CommandRegistry | None = load_registry(s.command_handlers)[0]
+    except TributaryError:
+        registry = None  # only used to choose the message key
+    client = CommandClient(s.kafka("tributary-cli"), command_topics(s), registry)
+    try:
+        if not wait:
+            sent = client.send(command_type, parsed, command_id)
+            sys.stdout.write(json.dumps({"status": "sent", "command_id": sent}) + "\n")
+            return
+        result = client.send_and_wait(command_type, parsed, command_id, timeout=timeout)
+    except TributaryError as exc:
+        fail(exc)
+    sys.stdout.write(json.dumps(result.to_json()) + "\n")
+    if result.status == "rejected":
+        raise typer.Exit(code=2)
