@@ -83,7 +83,12 @@ class ChangeFeed:
         after = self._one(
             f"UPDATE {self.qualified} SET name = %s, qty = %s, active = %s,"
             " version = version + 1 WHERE id = %s RETURNING *",
-            (f"name-{self.rng.randrange(10**6)}", self.rng.randrange(1000), self.rng.random() < 0.5, row_id),
+            (
+                f"name-{self.rng.randrange(10**6)}",
+                self.rng.randrange(1000),
+                self.rng.random() < 0.5,
+                row_id,
+            ),
         )
         self._send("u", before, after)
 
@@ -100,7 +105,9 @@ class ChangeFeed:
         assert values is not None
         return dict(zip(names, values, strict=True))
 
-    def _send(self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> tuple[int, int]:
+    def _send(
+        self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None
+    ) -> tuple[int, int]:
         self.lsn += self.rng.randrange(8, 200)
         tx = self.lsn // 3
         now = int(time.time() * 1000)
@@ -164,9 +171,7 @@ class ChangeFeed:
 def mirror_rows(dsn: str, qualified: str) -> dict[int, tuple[Any, ...]]:
     """The mirror: id -> (name, qty, active, version); numbers come back as ints."""
     with psycopg.connect(dsn) as conn:
-        rows = conn.execute(
-            f"SELECT id, name, qty, active, version FROM {qualified}"
-        ).fetchall()
+        rows = conn.execute(f"SELECT id, name, qty, active, version FROM {qualified}").fetchall()
     return {int(r[0]): tuple(_plain(v) for v in r[1:]) for r in rows}
 
 

@@ -37,7 +37,9 @@ def feed(stack: Endpoints, unique: str) -> Iterator[ChangeFeed]:
 
 
 @pytest.fixture
-def views_config(stack: Endpoints, feed: ChangeFeed, views_schema: str, tmp_path: Path) -> ViewsConfig:
+def views_config(
+    stack: Endpoints, feed: ChangeFeed, views_schema: str, tmp_path: Path
+) -> ViewsConfig:
     return ViewsConfig(
         kafka=stack.kafka,
         postgres_dsn=stack.postgres_dsn,
