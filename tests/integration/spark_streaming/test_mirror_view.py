@@ -1,13 +1,18 @@
 """The mirror view against a real broker, Spark and PostgreSQL."""
 
+import json
 from typing import Any
 
+from confluent_kafka import Consumer, TopicPartition
+
+from spark_streaming.dead_letters import REASON_HEADER, dlq_topic
 from spark_streaming.view_job import BatchReport, ViewJob
 from spark_streaming.views import ViewsConfig, configured_views
 from tests.integration.spark_streaming.changefeed import ChangeFeed, applied_counts, mirror_rows
 
 
 def run_mirror(spark: Any, config: ViewsConfig, reports: list[BatchReport] | None = None) -> str:
+    """Run the configured mirror until it has read everything; returns its table."""
     [spec] = configured_views(config).values()
     job = ViewJob(
         spark,
@@ -23,6 +28,12 @@ def run_mirror(spark: Any, config: ViewsConfig, reports: list[BatchReport] | Non
     return f"{config.views_schema}.{spec.target.table.name}"  # type: ignore[attr-defined]
 
 
+def assert_mirrors(feed: ChangeFeed, table: str) -> None:
+    source = feed.rows()
+    assert mirror_rows(feed.dsn, table) == source
+    assert applied_counts(feed.dsn, table) == {k: v[3] for k, v in source.items()}
+
+
 def test_mirror_equals_source_after_thousands_of_changes(
     spark: Any, feed: ChangeFeed, views_config: ViewsConfig
 ) -> None:
@@ -30,7 +41,52 @@ def test_mirror_equals_source_after_thousands_of_changes(
     reports: list[BatchReport] = []
     table = run_mirror(spark, views_config, reports)
     assert len(reports) >= 3  # maxOffsetsPerTrigger=1000 split the topic into batches
-    source = feed.rows()
-    assert len(source) > 300
-    assert mirror_rows(feed.dsn, table) == source
-    assert applied_counts(feed.dsn, table) == {k: v[3] for k, v in source.items()}
+    assert len(feed.rows()) > 300
+    assert_mirrors(feed, table)
+    # More changes later: the same query (checkpoint) continues from where it stopped.
+    feed.run(500)
+    run_mirror(spark, views_config)
+    assert_mirrors(feed, table)
+
+
+def test_resending_old_cdc_records_changes_nothing(
+    spark: Any, feed: ChangeFeed, views_config: ViewsConfig
+) -> None:
+    feed.run(800)
+    table = run_mirror(spark, views_config)
+    before = mirror_rows(feed.dsn, table), applied_counts(feed.dsn, table)
+    feed.resend(feed.sent[:400])  # upstream at-least-once: an old stretch arrives again
+    feed.resend(feed.sent[-50:])
+    reports: list[BatchReport] = []
+    run_mirror(spark, views_config, reports)
+    assert sum(r.records for r in reports) == 450
+    assert (mirror_rows(feed.dsn, table), applied_counts(feed.dsn, table)) == before
+    assert_mirrors(feed, table)
+
+
+def test_poison_records_go_to_the_dlq_and_the_mirror_converges(
+    spark: Any, feed: ChangeFeed, views_config: ViewsConfig
+) -> None:
+    feed.run(300)
+    feed.produce_raw(b'{"id": 999999}', b"not json at all")
+    bad_op = {"op": "x", "before": None, "after": {"id": 5}, "source": {"lsn": 1}}
+    feed.produce_raw(b'{"id": 5}', json.dumps(bad_op).encode())
+    no_after = {"op": "u", "before": None, "after": None, "source": {"lsn": 10**12}}
+    feed.produce_raw(b'{"id": 6}', json.dumps(no_after).encode())
+    feed.run(300)
+    reports: list[BatchReport] = []
+    table = run_mirror(spark, views_config, reports)
+    assert sum(r.rejected for r in reports) == 3
+    assert_mirrors(feed, table)
+
+    consumer = Consumer(views_config.kafka.client_properties(**{"group.id": "dlq-check"}))
+    consumer.assign([TopicPartition(dlq_topic(feed.topic), 0, 0)])
+    dead = []
+    while len(dead) < 3:
+        dead += [m for m in consumer.consume(3 - len(dead), timeout=10) if m.error() is None]
+    consumer.close()
+    reasons = {m.key(): dict(m.headers() or [])[REASON_HEADER].decode() for m in dead}
+    assert "is not JSON" in reasons[b'{"id": 999999}']
+    assert "no valid op" in reasons[b'{"id": 5}']
+    assert "without an 'after' row" in reasons[b'{"id": 6}']
+    assert dead[0].value() == b"not json at all"
