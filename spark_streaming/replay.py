@@ -16,7 +16,13 @@ from connectors.kafka import KafkaConfig, TopicAdmin
 from projections.mirror_target import new_generation
 from projections.view import ViewSpec
 from spark_streaming.errors import ReplayError
-from spark_streaming.view_job import BatchReport, JobOptions, ViewJob, checkpoint_dir
+from spark_streaming.view_job import (
+    BatchReport,
+    CommitHooks,
+    JobOptions,
+    ViewJob,
+    checkpoint_dir,
+)
 
 T = TypeVar("T")
 W = TypeVar("W")
@@ -46,9 +52,10 @@ def replay(
     options: JobOptions,
     *,
     on_batch: Callable[[BatchReport], None] | None = None,
+    hooks: CommitHooks | None = None,
 ) -> ReplayResult:
     """Rebuild ``spec`` from offset zero and swap it in; raises :class:`ReplayError` on failure
-    (the live view is then untouched)."""
+    (the live view is then untouched). ``hooks`` reach the shadow sink (fault injection)."""
     generation = new_generation()
     spec.target.prepare(generation)
     totals = {"records": 0, "batches": 0}
@@ -59,7 +66,16 @@ def replay(
         if on_batch is not None:
             on_batch(report)
 
-    job = ViewJob(spark, spec, kafka, options, generation=generation, live=False, on_batch=count)
+    job = ViewJob(
+        spark,
+        spec,
+        kafka,
+        options,
+        generation=generation,
+        live=False,
+        hooks=hooks,
+        on_batch=count,
+    )
     query = None
     try:
         query = job.start(available_now=True)
