@@ -21,7 +21,7 @@ from event_store.aggregate import Aggregate
 from event_store.command import Accepted, Command, CommandResult, Rejected, result_from_json
 from event_store.errors import CommandRejected, ConcurrencyError
 from event_store.registry import CommandRegistry, HandlerContext, Route
-from event_store.snapshots import SnapshotPolicy, SnapshotStore
+from event_store.snapshots import Snapshot, SnapshotPolicy, SnapshotStore
 from event_store.store import EventStore
 
 Clock = Callable[[], datetime]
@@ -80,8 +80,16 @@ class CommandBus:
         if conn is None:
             with self.store.engine.connect() as own:
                 return self.load(aggregate_type, stream_id, own)
+        return self._load(conn, aggregate_type, stream_id, self.snapshots.load(conn, stream_id))
+
+    def _load(
+        self,
+        conn: Connection,
+        aggregate_type: type[Aggregate[Any]],
+        stream_id: str,
+        snapshot: Snapshot | None,
+    ) -> Aggregate[Any]:
         aggregate = aggregate_type(stream_id)
-        snapshot = self.snapshots.load(conn, stream_id)
         if snapshot is not None and snapshot.snapshot_version == aggregate_type.snapshot_version:
             aggregate = aggregate_type.from_snapshot(stream_id, snapshot.version, snapshot.state)
         later = self.store.read_stream(stream_id, aggregate.version + 1, connection=conn)
@@ -109,12 +117,12 @@ class CommandBus:
     def _transaction(
         self, command: Command, command_id: str, route: Route[Any, Any]
     ) -> CommandResult:
+        stream_id = route.stream_id(command)
         with self.store.engine.begin() as conn:
-            previous = self._previous(conn, command_id)
+            previous, snapshot = self._previous_and_snapshot(conn, command_id, stream_id)
             if previous is not None:
                 return previous
-            stream_id = route.stream_id(command)
-            aggregate = self.load(route.aggregate_type, stream_id, conn)
+            aggregate = self._load(conn, route.aggregate_type, stream_id, snapshot)
             loaded_version = aggregate.version
             context = HandlerContext(command_id, self.clock(), conn)
             try:
@@ -179,6 +187,26 @@ class CommandBus:
             .returning(t.c.command_id)
         )
         return conn.execute(statement).first() is not None
+
+    def _previous_and_snapshot(
+        self, conn: Connection, command_id: str, stream_id: str
+    ) -> tuple[CommandResult | None, Snapshot | None]:
+        """The command's earlier result and the stream's snapshot, in one round trip."""
+        c, s = self.store.tables.commands, self.snapshots.table
+        snapshot_row = func.jsonb_build_array(
+            s.c.stream_type, s.c.version, s.c.snapshot_version, s.c.state
+        )
+        row = conn.execute(
+            select(
+                select(c.c.result).where(c.c.command_id == command_id).scalar_subquery(),
+                select(snapshot_row).where(s.c.stream_id == stream_id).scalar_subquery(),
+            )
+        ).one()
+        previous = None if row[0] is None else result_from_json(row[0])
+        if row[1] is None:
+            return previous, None
+        stream_type, version, snapshot_version, state = row[1]
+        return previous, Snapshot(stream_id, stream_type, version, snapshot_version, state)
 
     def _previous(self, conn: Connection, command_id: str) -> CommandResult | None:
         t = self.store.tables.commands

@@ -118,9 +118,6 @@ def handle_message(bus: CommandBus, value: bytes | None) -> CommandResult:
         envelope = parse_envelope(value)
     except MalformedCommandError as exc:
         return Rejected(exc.command_id, exc.reason)
-    previous = bus.previous_result(envelope.command_id)
-    if previous is not None:
-        return previous
     try:
         command = bus.registry.decode(envelope.type, envelope.data)
         return bus.send(command, envelope.command_id)

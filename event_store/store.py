@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from sqlalchemy import (
     BigInteger,
     Connection,
@@ -46,10 +47,8 @@ from sqlalchemy import (
     cast,
     func,
     select,
-    text,
     tuple_,
 )
-from sqlalchemy.exc import IntegrityError
 
 from event_store.errors import ConcurrencyError, EventStoreError
 from event_store.event import NewEvent, Position, RecordedEvent
@@ -72,6 +71,76 @@ class AppendResult:
         return self.positions[-1] if self.positions else None
 
 
+class AppendStatements:
+    """The four append statements: one event or many, to a new stream or an existing one.
+
+    Appends run on the psycopg connection under the SQLAlchemy one (same connection, same
+    transaction): on the hot path SQLAlchemy's statement layer costs as much as the
+    database, and these statements need nothing from it. A single event is a plain
+    ``INSERT … VALUES``; many go in one ``INSERT … SELECT FROM unnest(arrays)``. Appending
+    to an existing stream adds the guard that version ``expected`` exists and was written
+    by an older transaction; a new stream needs no guard (``UNIQUE (stream_id, version)``
+    already refuses a second version 1).
+    """
+
+    COLUMNS = (
+        "event_id, stream_id, stream_type, version, event_type, schema_version, data, metadata"
+    )
+
+    def __init__(self, schema: str) -> None:
+        table = f"{schema}.events"
+        guard = (
+            f"WHERE EXISTS (SELECT 1 FROM {table} h WHERE h.stream_id = %(stream_id)s "
+            "AND h.version = %(expected)s "
+            "AND h.transaction_id < pg_current_xact_id()::text::bigint)"
+        )
+        returning = "RETURNING transaction_id, position"
+        one = (
+            "%(event_id)s, %(stream_id)s, %(stream_type)s, %(version)s::integer, "
+            "%(event_type)s, %(schema_version)s::integer, %(data)s::jsonb, %(metadata)s::jsonb"
+        )
+        many = """SELECT e.event_id, %(stream_id)s, %(stream_type)s,
+                   %(expected)s::integer + e.ord::integer, e.event_type, e.schema_version,
+                   e.data, e.metadata
+            FROM unnest(%(event_ids)s::uuid[], %(event_types)s::text[],
+                        %(schema_versions)s::integer[], %(data)s::jsonb[], %(metadata)s::jsonb[])
+                 WITH ORDINALITY AS e(event_id, event_type, schema_version, data, metadata, ord)"""
+        insert = f"INSERT INTO {table} ({self.COLUMNS})"
+        self.one_new = f"{insert} VALUES ({one}) {returning}"
+        self.one_guarded = f"{insert} SELECT {one} {guard} {returning}"
+        self.many_new = f"{insert} {many} {returning}"
+        self.many_guarded = f"{insert} {many} {guard} {returning}"
+
+    def for_append(
+        self, stream_id: str, stream_type: str, events: Sequence[NewEvent], expected: int
+    ) -> tuple[dict[str, Any], str]:
+        """Parameters and statement for one append."""
+        params: dict[str, Any] = {
+            "stream_id": stream_id,
+            "stream_type": stream_type,
+            "expected": expected,
+        }
+        if len(events) == 1:
+            [event] = events
+            params.update(
+                event_id=event.event_id,
+                version=expected + 1,
+                event_type=event.event_type,
+                schema_version=event.schema_version,
+                data=json.dumps(event.data),
+                metadata=json.dumps(event.metadata),
+            )
+            return params, self.one_guarded if expected else self.one_new
+        params.update(
+            event_ids=[e.event_id for e in events],
+            event_types=[e.event_type for e in events],
+            schema_versions=[e.schema_version for e in events],
+            data=[json.dumps(e.data) for e in events],
+            metadata=[json.dumps(e.metadata) for e in events],
+        )
+        return params, self.many_guarded if expected else self.many_new
+
+
 class EventStore:
     """Append to and read from the ``events`` table of one store schema."""
 
@@ -82,24 +151,7 @@ class EventStore:
         self.tables = StoreTables(schema)
         self.upcasters = upcasters
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
-        s = self.tables.schema
-        self._append_sql = text(
-            f"""
-            INSERT INTO {s}.events (event_id, stream_id, stream_type, version, event_type,
-                                    schema_version, data, metadata)
-            SELECT e.event_id, :stream_id, :stream_type, :expected + e.ord::integer,
-                   e.event_type, e.schema_version, e.data, e.metadata
-            FROM unnest(CAST(:event_ids AS uuid[]), CAST(:event_types AS text[]),
-                        CAST(:schema_versions AS integer[]), CAST(:data AS jsonb[]),
-                        CAST(:metadata AS jsonb[]))
-                 WITH ORDINALITY AS e(event_id, event_type, schema_version, data, metadata, ord)
-            WHERE :expected = 0 OR EXISTS (
-                SELECT 1 FROM {s}.events h
-                WHERE h.stream_id = :stream_id AND h.version = :expected
-                  AND h.transaction_id < pg_current_xact_id()::text::bigint)
-            RETURNING transaction_id, position
-            """
-        )
+        self._sql = AppendStatements(self.tables.schema)
 
     @contextmanager
     def _connection(self, connection: Connection | None, autocommit: bool) -> Iterator[Connection]:
@@ -131,24 +183,19 @@ class EventStore:
             raise ValueError(f"expected_version must be >= 0, got {expected_version}")
         if not events:
             return AppendResult(stream_id, expected_version, (), ())
-        params = {
-            "stream_id": stream_id,
-            "stream_type": stream_type,
-            "expected": expected_version,
-            "event_ids": [e.event_id for e in events],
-            "event_types": [e.event_type for e in events],
-            "schema_versions": [e.schema_version for e in events],
-            "data": [json.dumps(e.data) for e in events],
-            "metadata": [json.dumps(e.metadata) for e in events],
-        }
+        params, statement = self._sql.for_append(stream_id, stream_type, events, expected_version)
         with self._connection(connection, autocommit=True) as conn:
+            driver = conn.connection.driver_connection
+            if not isinstance(driver, psycopg.Connection):
+                raise EventStoreError("the event store needs the psycopg 3 driver")
             try:
-                rows = conn.execute(self._append_sql, params).all()
-            except IntegrityError as exc:
-                constraint = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
-                if constraint == "events_stream_version_key":
+                with driver.cursor() as cursor:
+                    cursor.execute(statement, params)
+                    rows = cursor.fetchall()
+            except psycopg.errors.UniqueViolation as exc:
+                if exc.diag.constraint_name == "events_stream_version_key":
                     raise ConcurrencyError(stream_id, expected_version, None) from exc
-                raise EventStoreError(f"append to {stream_id!r} failed: {exc.orig}") from exc
+                raise EventStoreError(f"append to {stream_id!r} failed: {exc}") from exc
             if not rows:
                 actual = None if connection is not None else self.stream_version(stream_id, conn)
                 raise ConcurrencyError(stream_id, expected_version, actual)
