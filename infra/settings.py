@@ -123,6 +123,24 @@ class Settings(BaseSettings):
         description="module:factory returning the CommandRegistry the processor serves.",
     )
 
+    # Views
+    mirror_tables: str = Field(
+        "",
+        description="Tables mirrored into the views schema, comma-separated schema.table;"
+        " each view reads the topic <cdc prefix>.<schema>.<table>.",
+    )
+    views_schema: str = Field(
+        "views", description="PostgreSQL schema holding the views' tables and their ledger."
+    )
+    view_checkpoint_dir: Path | None = Field(
+        None, description="Checkpoints of the view queries (default <home>/checkpoints)."
+    )
+    view_max_offsets_per_trigger: int | None = Field(
+        50_000, description="Most offsets one micro-batch of a view reads (maxOffsetsPerTrigger)."
+    )
+    view_trigger_interval_s: float = Field(1.0, description="Micro-batch interval of views.")
+    spark_driver_memory: str = Field("1g", description="Memory of the views' Spark driver.")
+
 
 def load_settings(**overrides: object) -> Settings:
     """Read the settings (environment, file, defaults), with explicit overrides on top."""

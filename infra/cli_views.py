@@ -1,0 +1,142 @@
+"""CLI: the Spark views (`run-views`, `replay VIEW`, `views`).
+
+``run_views`` and ``views_status`` are also what ``tributary run views`` and
+``tributary status`` call.
+"""
+
+import json
+import signal
+import sys
+import threading
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from infra.cli_app import JsonFlag, app, console, fail, settings
+from infra.settings import Settings
+from spark_streaming.replay import replay as replay_view
+from spark_streaming.replay import topic_records
+from spark_streaming.runner import ViewRunner
+from spark_streaming.session import spark_session
+from spark_streaming.status import ViewStatus, view_statuses
+from spark_streaming.view_job import BatchReport
+from spark_streaming.views import ViewsConfig, configured_views, find_view
+from tributary.errors import TributaryError
+
+
+def views_config(s: Settings) -> ViewsConfig:
+    """The view jobs' configuration from the settings."""
+    return ViewsConfig(
+        kafka=s.kafka("tributary-views"),
+        postgres_dsn=s.postgres().dsn,
+        views_schema=s.views_schema,
+        checkpoint_root=(s.view_checkpoint_dir or s.home / "checkpoints").resolve(),
+        mirror_tables=tuple(t.strip() for t in s.mirror_tables.split(",") if t.strip()),
+        topic_prefix=str(getattr(s, "cdc_topic_prefix", "cdc")),
+        max_offsets_per_trigger=s.view_max_offsets_per_trigger,
+        trigger_interval_s=s.view_trigger_interval_s,
+        spark_master=s.spark_master,
+    )
+
+
+def _spark(s: Settings, config: ViewsConfig) -> Any:
+    return spark_session(
+        config.spark_master, "tributary-views", driver_memory=s.spark_driver_memory
+    )
+
+
+def run_views(s: Settings, stop: threading.Event, names: list[str] | None = None) -> None:
+    """Run the configured views (or ``names``) until ``stop`` is set; a view whose query fails
+    is restarted with backoff. Raises TributaryError when there is nothing to run."""
+    config = views_config(s)
+    specs = (
+        [find_view(config, n) for n in names] if names else list(configured_views(config).values())
+    )
+    if not specs:
+        raise TributaryError(
+            "no views configured: set TRIBUTARY_MIRROR_TABLES (e.g. public.users,public.posts)"
+        )
+    spark = _spark(s, config)
+    try:
+        ViewRunner(spark, specs, config.kafka, config.job_options(), log=console.log).run(stop)
+    finally:
+        spark.stop()
+
+
+def views_status(s: Settings) -> list[ViewStatus]:
+    """Each configured view's generation, batch id, offsets and lag."""
+    config = views_config(s)
+    specs = list(configured_views(config).values())
+    return view_statuses(specs, config.kafka, config.postgres_dsn, config.views_schema)
+
+
+@app.command("run-views")
+def run_views_command(
+    views: Annotated[
+        list[str] | None, typer.Argument(help="Views to run (default: every configured view).")
+    ] = None,
+) -> None:
+    """Run the views (one streaming query each) until SIGTERM/Ctrl-C."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        run_views(settings(), stop, views)
+    except TributaryError as exc:
+        fail(exc)
+
+
+@app.command()
+def replay(
+    view: Annotated[str, typer.Argument(help="View name, e.g. mirror.public.users.")],
+) -> None:
+    """Rebuild a view from offset zero into a shadow, then swap it in atomically."""
+    s = settings()
+    config = views_config(s)
+    try:
+        spec = find_view(config, view)
+        total = topic_records(config.kafka, spec.topics)
+        spark = _spark(s, config)
+        progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("records"),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        with progress:
+            task = progress.add_task(f"replay {spec.name}", total=total)
+
+            def advance(report: BatchReport) -> None:
+                progress.update(task, advance=report.records)
+
+            result = replay_view(spark, spec, config.kafka, config.job_options(), on_batch=advance)
+            progress.update(task, completed=total)
+        spark.stop()
+    except TributaryError as exc:
+        fail(exc)
+    console.print(
+        f"{result.view}: generation {result.generation} is live ({result.records} records,"
+        f" {result.batches} batches; replaced {result.replaced or 'nothing'})"
+    )
+
+
+@app.command("views")
+def views_command(as_json: JsonFlag = False) -> None:
+    """Each view: live generation, last batch id, offsets and lag behind its topics."""
+    try:
+        statuses = views_status(settings())
+    except TributaryError as exc:
+        fail(exc)
+    if as_json:
+        sys.stdout.write(json.dumps([st.as_dict() for st in statuses]) + "\n")
+        return
+    table = Table("view", "generation", "batch", "offsets", "lag")
+    for st in statuses:
+        table.add_row(
+            st.view, st.generation or "-", str(st.batch_id), json.dumps(st.offsets), str(st.lag)
+        )
+    console.print(table)

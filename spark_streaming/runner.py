@@ -1,0 +1,85 @@
+"""Running every configured view in one Spark driver: one query per view, restarted with
+backoff when it fails (for instance after a replay swapped in a new generation), all stopped
+cleanly when asked."""
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from connectors.kafka import KafkaConfig
+from projections.view import ViewSpec
+from spark_streaming.view_job import JobOptions, ViewJob
+
+
+@dataclass
+class _Running:
+    spec: ViewSpec[Any, Any]
+    job: ViewJob[Any, Any] | None = None
+    query: Any = None
+    failures: int = 0
+    restart_at: float = 0.0
+    started_at: float = 0.0
+
+
+class ViewRunner:
+    """Keeps one streaming query per view alive until :meth:`run`'s ``stop`` is set."""
+
+    def __init__(
+        self,
+        spark: Any,
+        specs: Sequence[ViewSpec[Any, Any]],
+        kafka: KafkaConfig,
+        options: JobOptions,
+        *,
+        log: Callable[[str], None] = print,
+        min_backoff_s: float = 1.0,
+        max_backoff_s: float = 60.0,
+    ) -> None:
+        self.spark = spark
+        self.kafka = kafka
+        self.options = options
+        self.log = log
+        self.min_backoff_s = min_backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.views = [_Running(spec) for spec in specs]
+
+    def _start(self, view: _Running) -> None:
+        try:
+            view.job = ViewJob(self.spark, view.spec, self.kafka, self.options)
+            view.query = view.job.start()
+            view.started_at = time.monotonic()
+            self.log(f"view {view.spec.name}: running generation {view.job.generation}")
+        except Exception as exc:
+            self._failed(view, exc)
+
+    def _failed(self, view: _Running, error: object) -> None:
+        if view.job is not None:
+            view.job.sink_close()
+        view.job, view.query = None, None
+        if time.monotonic() - view.started_at > 5 * self.max_backoff_s:
+            view.failures = 0  # it ran fine for a long time: start the backoff over
+        delay = min(self.max_backoff_s, self.min_backoff_s * 2**view.failures)
+        view.failures += 1
+        view.restart_at = time.monotonic() + delay
+        self.log(f"view {view.spec.name}: stopped ({error}); restarting in {delay:.0f}s")
+
+    def run(self, stop: threading.Event, poll_s: float = 1.0) -> None:
+        """Run until ``stop`` is set; then stop every query and release the sinks."""
+        for view in self.views:
+            self._start(view)
+        try:
+            while not stop.wait(poll_s):
+                for view in self.views:
+                    if view.query is not None and not view.query.isActive:
+                        self._failed(view, view.query.exception())
+                    elif view.query is None and time.monotonic() >= view.restart_at:
+                        self._start(view)
+        finally:
+            for view in self.views:
+                if view.query is not None:
+                    view.query.stop()
+                if view.job is not None:
+                    view.job.sink_close()
+            self.log("views stopped")
