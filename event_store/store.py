@@ -77,10 +77,11 @@ class AppendStatements:
     Appends run on the psycopg connection under the SQLAlchemy one (same connection, same
     transaction): on the hot path SQLAlchemy's statement layer costs as much as the
     database, and these statements need nothing from it. A single event is a plain
-    ``INSERT … VALUES``; many go in one ``INSERT … SELECT FROM unnest(arrays)``. Appending
-    to an existing stream adds the guard that version ``expected`` exists and was written
-    by an older transaction; a new stream needs no guard (``UNIQUE (stream_id, version)``
-    already refuses a second version 1).
+    ``INSERT … VALUES``; many go in one ``INSERT … SELECT FROM unnest(arrays)`` with the
+    arrays sent in binary format (the text format escapes every JSON string with a regex,
+    which was half the cost of a 1,000-event append). Appending to an existing stream adds
+    the guard that version ``expected`` exists and was written by an older transaction; a
+    new stream needs no guard (``UNIQUE (stream_id, version)`` refuses a second version 1).
     """
 
     COLUMNS = (
@@ -102,8 +103,8 @@ class AppendStatements:
         many = """SELECT e.event_id, %(stream_id)s, %(stream_type)s,
                    %(expected)s::integer + e.ord::integer, e.event_type, e.schema_version,
                    e.data, e.metadata
-            FROM unnest(%(event_ids)s::uuid[], %(event_types)s::text[],
-                        %(schema_versions)s::integer[], %(data)s::jsonb[], %(metadata)s::jsonb[])
+            FROM unnest(%(event_ids)b::uuid[], %(event_types)b::text[],
+                        %(schema_versions)b::integer[], %(data)b::jsonb[], %(metadata)b::jsonb[])
                  WITH ORDINALITY AS e(event_id, event_type, schema_version, data, metadata, ord)"""
         insert = f"INSERT INTO {table} ({self.COLUMNS})"
         self.one_new = f"{insert} VALUES ({one}) {returning}"
