@@ -41,6 +41,7 @@ from event_store.errors import (
     ConcurrencyError,
     EventStoreError,
     MalformedCommandError,
+    StorageError,
 )
 from event_store.registry import CommandRegistry
 
@@ -123,6 +124,8 @@ def handle_message(bus: CommandBus, value: bytes | None) -> CommandResult:
         return bus.send(command, envelope.command_id)
     except ConcurrencyError as exc:
         return Rejected(envelope.command_id, f"gave up after retries: {exc}")
+    except StorageError:
+        raise  # the database failed, not the command: do not move past the message
     except EventStoreError as exc:
         return Rejected(envelope.command_id, str(exc))
 

@@ -24,12 +24,16 @@ class ConcurrencyError(EventStoreError):
         self.actual_version = actual_version
 
 
-class AppendOnlyViolationError(EventStoreError):
-    """Something tried to change or remove a stored event; history is never rewritten."""
+class StorageError(EventStoreError):
+    """PostgreSQL refused or failed a store operation; ``sqlstate`` is its error code."""
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        super().__init__(message if sqlstate is None else f"{message} [SQLSTATE {sqlstate}]")
+        self.sqlstate = sqlstate
 
 
-class SchemaMissingError(EventStoreError):
-    """The store's tables are not there: run ``create_schema`` (``tributary run commands``)."""
+class SchemaMissingError(StorageError):
+    """The store's tables are not there: run ``create_schema`` (``tributary run-commands`` does)."""
 
 
 class UnknownEventTypeError(EventStoreError):

@@ -50,7 +50,12 @@ from sqlalchemy import (
     tuple_,
 )
 
-from event_store.errors import ConcurrencyError, EventStoreError
+from event_store.errors import (
+    ConcurrencyError,
+    EventStoreError,
+    SchemaMissingError,
+    StorageError,
+)
 from event_store.event import NewEvent, Position, RecordedEvent
 from event_store.schema import DEFAULT_SCHEMA, StoreTables
 from event_store.upcasting import Upcasters
@@ -196,7 +201,15 @@ class EventStore:
             except psycopg.errors.UniqueViolation as exc:
                 if exc.diag.constraint_name == "events_stream_version_key":
                     raise ConcurrencyError(stream_id, expected_version, None) from exc
-                raise EventStoreError(f"append to {stream_id!r} failed: {exc}") from exc
+                raise StorageError(f"append to {stream_id!r} failed: {exc}", exc.sqlstate) from exc
+            except psycopg.errors.UndefinedTable as exc:
+                raise SchemaMissingError(
+                    f"{self.tables.schema}.events does not exist: create it with "
+                    "event_store.create_schema (`tributary run-commands` does)",
+                    exc.sqlstate,
+                ) from exc
+            except psycopg.Error as exc:
+                raise StorageError(f"append to {stream_id!r} failed: {exc}", exc.sqlstate) from exc
             if not rows:
                 actual = None if connection is not None else self.stream_version(stream_id, conn)
                 raise ConcurrencyError(stream_id, expected_version, actual)

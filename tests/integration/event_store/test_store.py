@@ -45,3 +45,13 @@ def test_empty_append_is_a_no_op(env: StoreEnv) -> None:
     result = env.store.append("c-1", [], 0, stream_type="counter")
     assert result.version == 0 and result.position is None
     assert env.count_events() == 0
+
+
+def test_a_missing_schema_says_how_to_create_it(env: StoreEnv, unique: str) -> None:
+    from event_store import EventStore
+    from event_store.errors import SchemaMissingError
+
+    store = EventStore(env.admin, f"nowhere_{unique}")
+    with pytest.raises(SchemaMissingError, match="create_schema") as caught:
+        store.append("c-1", _events(1), 0, stream_type="counter")
+    assert caught.value.sqlstate == "42P01"
