@@ -88,10 +88,11 @@ class ChangeEvent:
         if op not in ("c", "u", "d", "r", "t", "m"):
             raise ChangeDecodeError(f"{topic}: envelope has no valid op (got {op!r})")
         source = envelope.get("source")
-        if not isinstance(source, dict) or source.get("lsn") is None:
+        lsn = position_of(source) if isinstance(source, dict) else None
+        if not isinstance(source, dict) or lsn is None:
             raise ChangeDecodeError(f"{topic}: envelope has no source.lsn")
         position = SourcePosition(
-            lsn=int(source["lsn"]),
+            lsn=lsn,
             tx_id=None if source.get("txId") is None else int(source["txId"]),
             ts_ms=source.get("ts_ms"),
             schema=str(source.get("schema", "")),
@@ -99,6 +100,24 @@ class ChangeEvent:
             snapshot=str(source.get("snapshot", "false")) not in ("false", "False"),
         )
         return cls(topic, parsed_key, op, envelope.get("before"), envelope.get("after"), position)
+
+
+def position_of(source: Mapping[str, Any]) -> int | None:
+    """A change's position: ``source.lsn``; for incremental-snapshot reads, which carry no LSN,
+    the larger LSN of ``source.sequence`` (``[lastCommitLsn, lsn]``: where streaming stood when
+    the chunk was read)."""
+    if source.get("lsn") is not None:
+        return int(source["lsn"])
+    sequence = source.get("sequence")
+    if isinstance(sequence, str):
+        try:
+            sequence = json.loads(sequence)
+        except json.JSONDecodeError:
+            return None
+    if isinstance(sequence, list):
+        known = [int(x) for x in sequence if x is not None]
+        return max(known) if known else None
+    return None
 
 
 def _json_object(topic: str, what: str, raw: bytes) -> dict[str, Any]:

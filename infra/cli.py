@@ -1,6 +1,6 @@
 """The ``tributary`` command line: the app plus every command module that registers on it."""
 
-from infra import cli_stack  # noqa: F401  (registers its commands)
+from infra import cli_cdc, cli_run, cli_stack  # noqa: F401  (they register their commands)
 from infra.cli_app import app
 
 __all__ = ["app", "main"]

@@ -8,15 +8,18 @@ small config objects built here (:meth:`Settings.kafka`, ...), never the setting
 
 import os
 from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
 
+from connectors.debezium import DebeziumPostgresConfig
 from connectors.kafka.config import KafkaConfig
 from connectors.postgres import PostgresConfig
 
@@ -61,6 +64,31 @@ class Settings(BaseSettings):
         60.0, description="Seconds each local service may take to start."
     )
 
+    # CDC (Debezium PostgreSQL connector, embedded engine).
+    cdc_connector_name: str = Field(
+        "tributary", description="Connector name; its slot and publication are tributary_<name>."
+    )
+    cdc_tables: Annotated[tuple[str, ...], NoDecode] = Field(
+        ("public.users", "event_store.events"),
+        description="Captured tables, comma-separated schema.table.",
+    )
+    cdc_topic_prefix: str = Field("cdc", description="Topics are <prefix>.<schema>.<table>.")
+    cdc_snapshot_mode: Literal[
+        "initial", "no_data", "always", "initial_only", "when_needed", "never"
+    ] = Field("initial", description="Debezium snapshot.mode.")
+    cdc_heartbeat_ms: int = Field(10_000, description="Debezium heartbeat.interval.ms.")
+    cdc_topic_partitions: int = Field(1, description="Partitions of CDC topics it creates.")
+    cdc_replica_identity_full: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="Tables set to REPLICA IDENTITY FULL (full before-images)."
+    )
+
+    @field_validator("cdc_tables", "cdc_replica_identity_full", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -101,6 +129,21 @@ class Settings(BaseSettings):
 
     def postgres(self) -> PostgresConfig:
         return PostgresConfig(url=self.database_url)
+
+    @property
+    def cdc_state_dir(self) -> Path:
+        return self.home / "cdc"
+
+    def debezium(self) -> DebeziumPostgresConfig:
+        return DebeziumPostgresConfig(
+            name=self.cdc_connector_name,
+            database=self.postgres(),
+            tables=self.cdc_tables,
+            topic_prefix=self.cdc_topic_prefix,
+            snapshot_mode=self.cdc_snapshot_mode,
+            heartbeat_interval_ms=self.cdc_heartbeat_ms,
+            offsets_file=(self.cdc_state_dir / f"{self.cdc_connector_name}.offsets").resolve(),
+        )
 
     # Event store
     event_store_schema: str = Field("event_store", description="Schema of the event store.")

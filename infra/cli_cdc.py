@@ -1,0 +1,142 @@
+"""CLI: change data capture (`run cdc`, `snapshot`, `connector-config`, `cdc-status`)."""
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from cdc.connector import CdcConnector, ConnectorRuntime
+from cdc.signals import ensure_signal_table, request_incremental_snapshot
+from cdc.slots import set_replica_identity_full, slot_info
+from cdc.status import StatusFile
+from infra.cli_app import JsonFlag, app, console, err_console, fail, settings
+from infra.settings import Settings
+from infra.stack.process import is_alive
+from tributary.errors import TributaryError
+
+
+def cdc_runtime(s: Settings) -> ConnectorRuntime:
+    return ConnectorRuntime(
+        state_dir=s.cdc_state_dir.resolve(),
+        log_dir=(s.home / "logs").resolve(),
+        topic_partitions=s.cdc_topic_partitions,
+    )
+
+
+def run_cdc(s: Settings) -> None:
+    """Run the connector in this process until SIGTERM/SIGINT (finish the batch, commit, exit)."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    if s.cdc_replica_identity_full:
+        set_replica_identity_full(s.postgres(), list(s.cdc_replica_identity_full))
+    connector = CdcConnector(
+        s.debezium(), s.kafka(f"tributary-cdc-{s.cdc_connector_name}"), cdc_runtime(s)
+    )
+    console.print(
+        f"cdc: connector {s.cdc_connector_name} capturing {', '.join(s.cdc_tables)} "
+        f"into {s.cdc_topic_prefix}.<schema>.<table> (slot {s.debezium().slot_name})"
+    )
+    connector.run(stop)
+    console.print(f"cdc: stopped cleanly after {connector.status.records_published} changes")
+
+
+@app.command()
+def snapshot(
+    tables: Annotated[list[str], typer.Argument(help="Tables to re-read, as schema.table.")],
+) -> None:
+    """Ask the running connector for an incremental snapshot of TABLES while streaming goes on."""
+    s = settings()
+    unknown = [t for t in tables if t not in s.cdc_tables]
+    if unknown:
+        fail(
+            f"not captured by connector {s.cdc_connector_name}: {', '.join(unknown)} "
+            f"(TRIBUTARY_CDC_TABLES is {','.join(s.cdc_tables)})"
+        )
+    try:
+        ensure_signal_table(s.postgres())
+        signal_id = request_incremental_snapshot(s.postgres(), tables)
+    except Exception as exc:
+        fail(f"cannot write the snapshot signal: {exc}")
+    console.print(f"incremental snapshot of {', '.join(tables)} requested (signal {signal_id})")
+
+
+@app.command("connector-config")
+def connector_config(
+    show_password: Annotated[bool, typer.Option(help="Print the real password.")] = False,
+) -> None:
+    """Print the equivalent Kafka Connect JSON of the connector (for a Connect cluster)."""
+    config = settings().debezium().kafka_connect_config(hide_password=not show_password)
+    sys.stdout.write(json.dumps(config, indent=2) + "\n")
+
+
+def cdc_status(s: Settings) -> dict[str, object]:
+    """Connector state (from its status file and PID), slot's retained WAL, last change."""
+    config = s.debezium()
+    status = StatusFile(cdc_runtime(s).status_file(config.name)).read()
+    state = "not started"
+    if status is not None:
+        state = status.state
+        if state in ("starting", "running", "stopping") and not is_alive(status.pid):
+            state = "dead"
+    try:
+        slot = slot_info(s.postgres(), config.slot_name)
+    except Exception:
+        slot = None
+    return {
+        "name": config.name,
+        "state": state,
+        "pid": status.pid if status else None,
+        "records_published": status.records_published if status else 0,
+        "last_change_at": status.last_change_at if status else None,
+        "last_lsn": status.last_lsn if status else None,
+        "slot": config.slot_name,
+        "slot_active": slot.active if slot else None,
+        "retained_wal_bytes": slot.retained_wal_bytes if slot else None,
+        "error": status.error if status else None,
+    }
+
+
+@app.command("cdc-status")
+def cdc_status_command(as_json: JsonFlag = False) -> None:
+    """The connector: state, changes published, last change time, the slot's retained WAL."""
+    info = cdc_status(settings())
+    if as_json:
+        sys.stdout.write(json.dumps(info) + "\n")
+        return
+    table = Table("connector", "state", "published", "last change", "slot", "retained WAL")
+    last = info["last_change_at"]
+    table.add_row(
+        str(info["name"]),
+        str(info["state"]),
+        str(info["records_published"]),
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last))
+        if isinstance(last, float)
+        else "-",
+        str(info["slot"]),
+        "-" if info["retained_wal_bytes"] is None else f"{info['retained_wal_bytes']} bytes",
+    )
+    console.print(table)
+
+
+def run_component(component: str, s: Settings) -> None:
+    """Run one long-running component in the foreground."""
+    if component != "cdc":
+        fail(f"unknown component {component!r}: choose cdc")
+    code = 0
+    try:
+        run_cdc(s)
+    except TributaryError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}")
+        code = 1
+    # The JVM may keep non-daemon threads of a failed engine alive, and JPype's exit hook
+    # waits for them. Offsets, status and the producer are flushed by now: leave directly.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

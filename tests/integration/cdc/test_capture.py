@@ -1,0 +1,188 @@
+"""Debezium captures PostgreSQL into compacted topics: order, envelope, snapshot, schema change,
+clean stops, failures, and the slots left behind."""
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+
+import psycopg
+
+from cdc.slots import drop_publication, drop_slot, slot_info
+from connectors.changes import ChangeEvent
+from connectors.kafka import TopicAdmin, history_topic
+from connectors.postgres import PostgresConfig
+from tests.integration.cdc.conftest import CdcProcess, sql
+from tests.integration.conftest import Endpoints
+from tests.integration.kafka_reading import read_topic, wait_until
+
+Factory = Callable[..., CdcProcess]
+
+
+def _changes(stack: Endpoints, topic: str) -> list[ChangeEvent]:
+    return [
+        ChangeEvent.from_kafka(topic, r.key, r.value, r.headers)
+        for r in read_topic(stack.kafka, topic)
+    ]
+
+
+def _count(stack: Endpoints, topic: str) -> int:
+    if topic not in TopicAdmin(stack.kafka).topic_names():
+        return 0
+    return len(read_topic(stack.kafka, topic))
+
+
+def test_changes_arrive_in_order_with_envelope_tombstone_and_key(
+    stack: Endpoints, unique: str, connector_factory: Factory
+) -> None:
+    table = f"orders_{unique}"
+    topic = f"cdc.public.{table}"
+    sql(
+        stack,
+        f"CREATE TABLE {table} (id bigint PRIMARY KEY, item text, qty int)",
+        f"INSERT INTO {table} VALUES (1, 'pen', 1), (2, 'ink', 2)",
+    )
+    connector = connector_factory([f"public.{table}"])
+    connector.start()
+    wait_until(lambda: _count(stack, topic) >= 2, 120, "the snapshot rows")
+
+    sql(
+        stack,
+        f"INSERT INTO {table} VALUES (3, 'pad', 3)",
+        f"UPDATE {table} SET qty = 30 WHERE id = 3",
+        f"DELETE FROM {table} WHERE id = 1",
+        f"ALTER TABLE {table} ADD COLUMN note text",
+        f"INSERT INTO {table} VALUES (4, 'cap', 4, 'new column')",
+    )
+    wait_until(lambda: _count(stack, topic) >= 7, 60, "the streamed changes")
+    changes = _changes(stack, topic)
+
+    assert [(c.op, c.key) for c in changes] == [
+        ("r", {"id": 1}),
+        ("r", {"id": 2}),
+        ("c", {"id": 3}),
+        ("u", {"id": 3}),
+        ("d", {"id": 1}),
+        (None, {"id": 1}),  # the tombstone right after the delete
+        ("c", {"id": 4}),
+    ]
+    assert changes[0].after == {"id": 1, "item": "pen", "qty": 1}
+    assert changes[0].source is not None and changes[0].source.snapshot
+    assert changes[3].after == {"id": 3, "item": "pad", "qty": 30}
+    assert changes[4].before == {"id": 1, "item": None, "qty": None}  # default replica identity
+    assert changes[6].after == {"id": 4, "item": "cap", "qty": 4, "note": "new column"}
+    for change in changes:
+        assert change.source is not None
+        assert change.source.table == table or change.is_tombstone
+    streamed = [c.position for c in changes[2:]]
+    assert streamed == sorted(streamed) and streamed[0] > changes[0].position
+    assert changes[5].position == changes[4].position  # the tombstone carries its delete's LSN
+    raw = read_topic(stack.kafka, topic)
+    assert raw[2].headers["lsn"] == str(changes[2].position).encode()
+    assert (
+        raw[2].headers["txId"] == str(changes[2].source.tx_id if changes[2].source else "").encode()
+    )
+    assert json.loads(raw[2].key or b"") == {"id": 3}
+    assert TopicAdmin(stack.kafka).configs(topic)["cleanup.policy"] == "compact"
+
+
+def test_sigterm_commits_so_a_restart_redelivers_nothing(
+    stack: Endpoints, unique: str, connector_factory: Factory
+) -> None:
+    table = f"notes_{unique}"
+    topic = f"cdc.public.{table}"
+    sql(stack, f"CREATE TABLE {table} (id bigint PRIMARY KEY, body text)")
+    connector = connector_factory([f"public.{table}"])
+    connector.start()
+    connector.wait_running()
+    sql(stack, f"INSERT INTO {table} SELECT g, 'n' || g FROM generate_series(1, 500) g")
+    wait_until(lambda: _count(stack, topic) >= 500, 60, "500 changes")
+    assert connector.terminate() == 0
+    assert connector.status()["state"] == "stopped"
+    assert "stopped cleanly" in connector.output()
+
+    connector.start()
+    connector.wait_running()
+    sql(stack, f"INSERT INTO {table} VALUES (501, 'after restart')")
+    wait_until(lambda: _count(stack, topic) >= 501, 60, "the change after the restart")
+    keys = [json.loads(r.key or b"")["id"] for r in read_topic(stack.kafka, topic)]
+    assert keys == list(range(1, 502))  # nothing delivered twice, nothing lost
+
+
+def test_a_publish_failure_stops_the_connector_and_skips_nothing(
+    stack: Endpoints, unique: str, connector_factory: Factory
+) -> None:
+    table = f"bad_{unique}"
+    topic = f"cdc.public.{table}"
+    sql(
+        stack,
+        f"CREATE TABLE {table} (id bigint PRIMARY KEY)",
+        f"INSERT INTO {table} SELECT generate_series(1, 50)",
+    )
+    admin = TopicAdmin(stack.kafka)
+    admin.ensure(history_topic(topic))  # not compacted: the connector must refuse it
+    connector = connector_factory([f"public.{table}"])
+    connector.start()
+    assert connector.wait_exit() != 0
+    output = connector.output()
+    assert topic in output and "cleanup.policy" in output
+    assert connector.status()["state"] == "failed"
+
+    admin.delete(topic)
+    wait_until(lambda: topic not in admin.topic_names(), 30, "the topic deletion")
+    connector.start()
+    wait_until(lambda: _count(stack, topic) >= 50, 120, "the snapshot after the fix")
+    keys = sorted(json.loads(r.key or b"")["id"] for r in read_topic(stack.kafka, topic))
+    assert keys == list(range(1, 51))
+
+
+def test_status_and_connector_config_and_slot_cleanup(
+    stack: Endpoints, unique: str, connector_factory: Factory
+) -> None:
+    table = f"stat_{unique}"
+    sql(stack, f"CREATE TABLE {table} (id bigint PRIMARY KEY)")
+    connector = connector_factory([f"public.{table}"])
+    connector.start()
+    connector.wait_running()
+    sql(stack, f"INSERT INTO {table} VALUES (1)")
+    wait_until(lambda: _count(stack, f"cdc.public.{table}") >= 1, 60, "the change")
+
+    def cli(*args: str) -> str:
+        return subprocess.run(
+            [sys.executable, "-m", "infra.cli", *args],
+            env=connector.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+
+    status = json.loads(cli("cdc-status", "--json"))
+    assert status["state"] == "running"
+    assert status["slot"] == f"tributary_{connector.name}"
+    assert status["slot_active"] is True
+    assert isinstance(status["retained_wal_bytes"], int) and status["retained_wal_bytes"] >= 0
+    assert isinstance(status["last_change_at"], float)
+
+    exported = json.loads(cli("connector-config"))
+    assert exported["name"] == connector.name
+    config = exported["config"]
+    assert config["connector.class"] == "io.debezium.connector.postgresql.PostgresConnector"
+    assert config["plugin.name"] == "pgoutput"
+    assert config["slot.name"] == f"tributary_{connector.name}"
+    assert config["publication.autocreate.mode"] == "filtered"
+    assert f"public\\.{table}" in config["table.include.list"]
+    assert "offset.storage" not in config  # embedded-engine only
+
+    assert connector.terminate() == 0
+    db = PostgresConfig(stack.database_url)
+    assert slot_info(db, f"tributary_{connector.name}") is not None
+    assert drop_slot(db, f"tributary_{connector.name}") is True
+    drop_publication(db, f"tributary_{connector.name}")
+    assert slot_info(db, f"tributary_{connector.name}") is None
+    with psycopg.connect(stack.postgres_dsn) as conn:
+        pubs = conn.execute(
+            "SELECT count(*) FROM pg_publication WHERE pubname = %s",
+            (f"tributary_{connector.name}",),
+        ).fetchone()
+    assert pubs == (0,)
