@@ -9,22 +9,60 @@ load, at most ``max_retries`` times; after that the error reaches the caller (no
 stored). A rejection is recorded too, so a repeat gets the same answer.
 """
 
+import json
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, select
-from sqlalchemy.dialects.postgresql import insert
+import psycopg
+from sqlalchemy import Connection, select
 
 from event_store.aggregate import Aggregate
 from event_store.command import Accepted, Command, CommandResult, Rejected, result_from_json
-from event_store.errors import CommandRejected, ConcurrencyError
+from event_store.errors import CommandRejected, ConcurrencyError, EventStoreError, StorageError
+from event_store.event import Position, RecordedEvent
 from event_store.registry import CommandRegistry, HandlerContext, Route
 from event_store.snapshots import Snapshot, SnapshotPolicy, SnapshotStore
 from event_store.store import EventStore
 
 Clock = Callable[[], datetime]
+
+
+class _CommandStatements:
+    """The bus's hot statements, run on the psycopg connection (see ``AppendStatements``)."""
+
+    def __init__(self, schema: str) -> None:
+        self.load = f"""
+            WITH snap AS (
+                SELECT version, state FROM {schema}.snapshots
+                WHERE stream_id = %(stream_id)s AND snapshot_version = %(snapshot_version)s)
+            SELECT (SELECT result FROM {schema}.commands WHERE command_id = %(command_id)s),
+                   (SELECT jsonb_build_array(version, state) FROM snap),
+                   e.event_id, e.stream_type, e.version, e.event_type, e.schema_version,
+                   e.data, e.metadata, e.recorded_at, e.transaction_id, e.position
+            FROM (SELECT 1) AS one
+            LEFT JOIN {schema}.events e
+                   ON e.stream_id = %(stream_id)s
+                  AND e.version > COALESCE((SELECT version FROM snap), 0)
+            ORDER BY e.version"""
+        self.record = f"""
+            INSERT INTO {schema}.commands (command_id, command_type, stream_id, result)
+            VALUES (%(command_id)s, %(command_type)s, %(stream_id)s, %(result)s::jsonb)
+            ON CONFLICT (command_id) DO NOTHING
+            RETURNING command_id"""
+
+
+def _driver_rows(conn: Connection, statement: str, params: dict[str, Any]) -> list[Any]:
+    driver = conn.connection.driver_connection
+    if not isinstance(driver, psycopg.Connection):
+        raise EventStoreError("the event store needs the psycopg 3 driver")
+    try:
+        with driver.cursor() as cursor:
+            cursor.execute(statement, params)
+            return cursor.fetchall()
+    except psycopg.Error as exc:
+        raise StorageError(f"command bus statement failed: {exc}", exc.sqlstate) from exc
 
 
 class _RecordedByTwin(Exception):
@@ -55,6 +93,7 @@ class CommandBus:
         self.max_retries = max_retries
         self.clock = clock
         self.attempts = 0  # appends tried, retries included (for tests and benchmarks)
+        self._sql = _CommandStatements(store.tables.schema)
 
     def send(self, command: Command, command_id: str | None = None) -> CommandResult:
         """Handle ``command``; the same ``command_id`` again returns the first result."""
@@ -119,10 +158,11 @@ class CommandBus:
     ) -> CommandResult:
         stream_id = route.stream_id(command)
         with self.store.engine.begin() as conn:
-            previous, snapshot = self._previous_and_snapshot(conn, command_id, stream_id)
+            previous, aggregate = self._previous_and_load(
+                conn, command_id, route.aggregate_type, stream_id
+            )
             if previous is not None:
                 return previous
-            aggregate = self._load(conn, route.aggregate_type, stream_id, snapshot)
             loaded_version = aggregate.version
             context = HandlerContext(command_id, self.clock(), conn)
             try:
@@ -173,40 +213,55 @@ class CommandBus:
         result: CommandResult,
     ) -> bool:
         """Record the command id and result; False when a concurrent twin recorded it first."""
-        t = self.store.tables.commands
-        statement = (
-            insert(t)
-            .values(
-                command_id=command_id,
-                command_type=command.command_name,
-                stream_id=stream_id,
-                result=result.to_json(),
-                recorded_at=func.now(),
-            )
-            .on_conflict_do_nothing(index_elements=[t.c.command_id])
-            .returning(t.c.command_id)
-        )
-        return conn.execute(statement).first() is not None
+        params = {
+            "command_id": command_id,
+            "command_type": command.command_name,
+            "stream_id": stream_id,
+            "result": json.dumps(result.to_json()),
+        }
+        return bool(_driver_rows(conn, self._sql.record, params))
 
-    def _previous_and_snapshot(
-        self, conn: Connection, command_id: str, stream_id: str
-    ) -> tuple[CommandResult | None, Snapshot | None]:
-        """The command's earlier result and the stream's snapshot, in one round trip."""
-        c, s = self.store.tables.commands, self.snapshots.table
-        snapshot_row = func.jsonb_build_array(
-            s.c.stream_type, s.c.version, s.c.snapshot_version, s.c.state
-        )
-        row = conn.execute(
-            select(
-                select(c.c.result).where(c.c.command_id == command_id).scalar_subquery(),
-                select(snapshot_row).where(s.c.stream_id == stream_id).scalar_subquery(),
+    def _previous_and_load(
+        self,
+        conn: Connection,
+        command_id: str,
+        aggregate_type: type[Aggregate[Any]],
+        stream_id: str,
+    ) -> tuple[CommandResult | None, Aggregate[Any]]:
+        """The command's earlier result and the loaded aggregate, in ONE round trip."""
+        params = {
+            "command_id": command_id,
+            "stream_id": stream_id,
+            "snapshot_version": aggregate_type.snapshot_version,
+        }
+        rows = _driver_rows(conn, self._sql.load, params)
+        previous_json, snapshot = rows[0][0], rows[0][1]
+        if previous_json is not None:
+            return result_from_json(previous_json), aggregate_type(stream_id)
+        if snapshot is None:
+            aggregate = aggregate_type(stream_id)
+        else:
+            aggregate = aggregate_type.from_snapshot(stream_id, snapshot[0], snapshot[1])
+        upcasters = self.store.upcasters
+        events = []
+        for row in rows:
+            if row[2] is None:  # the stream has no events after the snapshot
+                continue
+            recorded = RecordedEvent(
+                event_id=row[2],
+                stream_id=stream_id,
+                stream_type=row[3],
+                version=row[4],
+                event_type=row[5],
+                schema_version=row[6],
+                data=row[7],
+                metadata=row[8],
+                recorded_at=row[9],
+                position=Position(row[10], row[11]),
             )
-        ).one()
-        previous = None if row[0] is None else result_from_json(row[0])
-        if row[1] is None:
-            return previous, None
-        stream_type, version, snapshot_version, state = row[1]
-        return previous, Snapshot(stream_id, stream_type, version, snapshot_version, state)
+            events.append(recorded if upcasters is None else upcasters.upcast(recorded))
+        aggregate.replay(self.registry.codec.decode(e) for e in events)
+        return None, aggregate
 
     def _previous(self, conn: Connection, command_id: str) -> CommandResult | None:
         t = self.store.tables.commands
