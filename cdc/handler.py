@@ -31,6 +31,7 @@ class PublishingHandler(BasePythonChangeHandler):
         self._on_batch = on_batch
 
     def handleJsonBatch(self, records: list[Any]) -> None:  # the name pydbzengine calls
+        started = time.perf_counter()
         outgoing = []
         for record in records:
             key = record.key()
@@ -42,8 +43,11 @@ class PublishingHandler(BasePythonChangeHandler):
             )
             if change is not None:
                 outgoing.append(change)
+        routed = time.perf_counter()
         published = self._publisher.publish(outgoing)
         status = self._status
+        status.read_seconds += routed - started
+        status.publish_seconds += time.perf_counter() - routed
         status.state = "running"
         status.batches += 1
         if published:

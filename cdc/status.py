@@ -20,6 +20,10 @@ class ConnectorStatus:
     batches: int = 0
     last_change_at: float | None = None
     last_lsn: int | None = None
+    # Where the handler's time goes: reading records out of the JVM and routing them, and
+    # producing them until Kafka acknowledged. The rest of the wall time is Debezium's.
+    read_seconds: float = 0.0
+    publish_seconds: float = 0.0
     error: str | None = None
 
     def as_dict(self) -> dict[str, object]:
