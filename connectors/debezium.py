@@ -37,6 +37,7 @@ class DebeziumPostgresConfig:
     max_queue_size: int = 16384
     poll_interval_ms: int = 50
     offsets_file: Path | None = None
+    outbox_table: str | None = "event_store.events"
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -82,6 +83,13 @@ class DebeziumPostgresConfig:
     def captured_tables(self) -> tuple[str, ...]:
         """The tables in the publication: the configured ones plus signal and heartbeat."""
         return (*self.tables, self.signal_table, self.heartbeat_table)
+
+    @property
+    def outbox_topic(self) -> str | None:
+        """The CDC topic of the event store's table, when it is captured."""
+        if self.outbox_table is None or self.outbox_table not in self.tables:
+            return None
+        return self.topic_for(self.outbox_table)
 
     @property
     def internal_topics(self) -> frozenset[str]:

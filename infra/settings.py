@@ -78,6 +78,10 @@ class Settings(BaseSettings):
     ] = Field("initial", description="Debezium snapshot.mode.")
     cdc_heartbeat_ms: int = Field(10_000, description="Debezium heartbeat.interval.ms.")
     cdc_topic_partitions: int = Field(1, description="Partitions of CDC topics it creates.")
+    cdc_outbox_table: str = Field(
+        "event_store.events",
+        description="The event store's table: its rows go to events.<stream_type> in Avro.",
+    )
     cdc_replica_identity_full: Annotated[tuple[str, ...], NoDecode] = Field(
         (), description="Tables set to REPLICA IDENTITY FULL (full before-images)."
     )
@@ -142,6 +146,7 @@ class Settings(BaseSettings):
             topic_prefix=self.cdc_topic_prefix,
             snapshot_mode=self.cdc_snapshot_mode,
             heartbeat_interval_ms=self.cdc_heartbeat_ms,
+            outbox_table=self.cdc_outbox_table or None,
             offsets_file=(self.cdc_state_dir / f"{self.cdc_connector_name}.offsets").resolve(),
         )
 
