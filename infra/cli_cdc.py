@@ -1,7 +1,6 @@
 """CLI: change data capture (`run cdc`, `snapshot`, `connector-config`, `cdc-status`)."""
 
 import json
-import os
 import signal
 import sys
 import threading
@@ -15,10 +14,9 @@ from cdc.connector import CdcConnector, ConnectorRuntime
 from cdc.signals import ensure_signal_table, request_incremental_snapshot
 from cdc.slots import set_replica_identity_full, slot_info
 from cdc.status import StatusFile
-from infra.cli_app import JsonFlag, app, console, err_console, fail, settings
+from infra.cli_app import JsonFlag, app, console, fail, settings
 from infra.settings import Settings
 from infra.stack.process import is_alive
-from tributary.errors import TributaryError
 
 
 def cdc_runtime(s: Settings) -> ConnectorRuntime:
@@ -123,20 +121,3 @@ def cdc_status_command(as_json: JsonFlag = False) -> None:
         "-" if info["retained_wal_bytes"] is None else f"{info['retained_wal_bytes']} bytes",
     )
     console.print(table)
-
-
-def run_component(component: str, s: Settings) -> None:
-    """Run one long-running component in the foreground."""
-    if component != "cdc":
-        fail(f"unknown component {component!r}: choose cdc")
-    code = 0
-    try:
-        run_cdc(s)
-    except TributaryError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}")
-        code = 1
-    # The JVM may keep non-daemon threads of a failed engine alive, and JPype's exit hook
-    # waits for them. Offsets, status and the producer are flushed by now: leave directly.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

@@ -1,23 +1,79 @@
-"""CLI: `run` the long-running parts."""
+"""CLI: `run` the long-running parts (CDC, the command processor, the views)."""
 
+import os
+import signal
+import sys
+import threading
 from typing import Annotated
 
 import typer
 
-from infra.cli_app import app, fail, settings
-from infra.cli_cdc import run_component
+from infra.cli_app import app, console, err_console, fail, settings
+from infra.settings import Settings
+from infra.supervision import Supervisor
+from tributary.errors import TributaryError
 
-COMPONENTS = ("cdc",)
+COMPONENTS = ("cdc", "commands", "views")
+
+
+def _run_foreground(component: str, s: Settings) -> None:
+    if component == "cdc":
+        from infra.cli_cdc import run_cdc
+
+        run_cdc(s)
+    elif component == "commands":
+        from infra.cli_events import run_commands
+
+        run_commands(s)
+    else:
+        from infra.cli_views import run_views
+
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        run_views(s, stop)
+
+
+def run_component(component: str, s: Settings) -> None:
+    """Run one component in this process until SIGTERM/Ctrl-C, then exit."""
+    code = 0
+    try:
+        _run_foreground(component, s)
+    except TributaryError as exc:
+        err_console.print(f"[bold red]error:[/] {component}: {exc}")
+        code = 1
+    # The JVMs (Debezium, Spark) may keep non-daemon threads alive after a failure, and the
+    # exit hooks would wait for them. Everything durable is flushed by now: leave directly.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @app.command()
 def run(
     components: Annotated[
-        list[str] | None, typer.Argument(help=f"What to run: {', '.join(COMPONENTS)}.")
+        list[str] | None,
+        typer.Argument(help=f"Any of {', '.join(COMPONENTS)} (default: all)."),
     ] = None,
 ) -> None:
-    """Run long-running parts until SIGTERM/Ctrl-C (one component runs in the foreground)."""
-    chosen = components or list(COMPONENTS)
-    if len(chosen) != 1:
-        fail("run one component at a time for now: " + ", ".join(COMPONENTS))
-    run_component(chosen[0], settings())
+    """Run the long-running parts until SIGTERM/Ctrl-C. One component runs in the foreground;
+    several run each in its own process, restarted with backoff if it dies."""
+    chosen = list(dict.fromkeys(components or COMPONENTS))
+    unknown = [c for c in chosen if c not in COMPONENTS]
+    if unknown:
+        fail(f"unknown component(s) {', '.join(unknown)}: choose from {', '.join(COMPONENTS)}")
+    s = settings()
+    if len(chosen) == 1:
+        run_component(chosen[0], s)
+        return
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    supervisor = Supervisor(
+        chosen,
+        lambda name: [sys.executable, "-m", "infra.cli", "run", name],
+        (s.home / "logs").resolve(),
+        announce=lambda line: console.print(f"run: {line}"),
+    )
+    supervisor.run(stop)
+    console.print("run: all components stopped")

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from connectors.kafka.admin import TopicAdmin
 from infra.cli_app import JsonFlag, app, console, fail, settings
+from infra.settings import Settings
 from infra.stack import ComponentStatus, LocalStack
 from tributary.errors import TributaryError
 
@@ -38,20 +39,83 @@ def down(
 
 @app.command()
 def status(as_json: JsonFlag = False) -> None:
-    """Each component: up/down, endpoint, PID."""
-    statuses = LocalStack(settings()).status()
+    """Each component (up/down, endpoint, PID), the CDC connector and the views' positions."""
+    s = settings()
+    statuses = LocalStack(s).status()
+    rows: list[dict[str, object]] = [c.as_dict() for c in statuses]
+    services_up = {c.name for c in statuses if c.state == "up"}
+    if s.kafka_bootstrap_servers is not None or {"postgres", "broker"} <= services_up:
+        rows += runtime_rows(s)
     if as_json:
-        sys.stdout.write(json.dumps([s.as_dict() for s in statuses]) + "\n")
-    else:
-        print_status(statuses)
+        sys.stdout.write(json.dumps(rows, default=str) + "\n")
+        return
+    print_status(statuses)
+    extra = rows[len(statuses) :]
+    if extra:
+        table = Table("part", "state", "position", "detail")
+        for row in extra:
+            table.add_row(
+                str(row["name"]),
+                str(row["state"]),
+                str(row.get("position", "-")),
+                str(row.get("detail", "")),
+            )
+        console.print(table)
 
 
 def print_status(statuses: list[ComponentStatus]) -> None:
     table = Table("component", "state", "endpoint", "pid")
-    for s in statuses:
-        color = "green" if s.state == "up" else "red"
-        table.add_row(s.name, f"[{color}]{s.state}[/]", s.endpoint, str(s.pid or "-"))
+    for c in statuses:
+        color = "green" if c.state == "up" else "red"
+        table.add_row(c.name, f"[{color}]{c.state}[/]", c.endpoint, str(c.pid or "-"))
     console.print(table)
+
+
+def runtime_rows(s: Settings) -> list[dict[str, object]]:
+    """The connector and each view as status rows (never fails: errors become the state)."""
+    from infra.cli_cdc import cdc_status
+    from infra.cli_views import views_status
+
+    rows: list[dict[str, object]] = []
+    try:
+        cdc = cdc_status(s)
+        last = cdc["last_change_at"]
+        rows.append(
+            {
+                "name": "cdc",
+                "state": cdc["state"],
+                "endpoint": f"slot {cdc['slot']}",
+                "pid": cdc["pid"],
+                "position": f"lsn {cdc['last_lsn']}",
+                "detail": f"retained WAL {cdc['retained_wal_bytes']} bytes, last change "
+                + (
+                    time.strftime("%H:%M:%S", time.localtime(last))
+                    if isinstance(last, float)
+                    else "-"
+                ),
+                **cdc,
+            }
+        )
+    except Exception as exc:
+        rows.append({"name": "cdc", "state": f"unknown ({exc})", "endpoint": "", "pid": None})
+    try:
+        for view in views_status(s):
+            rows.append(
+                {
+                    "name": f"view:{view.view}",
+                    "state": "caught up" if view.lag == 0 else "behind",
+                    "endpoint": view.generation,
+                    "pid": None,
+                    "position": f"batch {view.batch_id}",
+                    "detail": f"lag {view.lag}, offsets {view.offsets}",
+                    "batch_id": view.batch_id,
+                    "offsets": view.offsets,
+                    "lag": view.lag,
+                }
+            )
+    except Exception as exc:
+        rows.append({"name": "views", "state": f"unknown ({exc})", "endpoint": "", "pid": None})
+    return rows
 
 
 @app.command()

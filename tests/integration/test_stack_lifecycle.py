@@ -42,8 +42,12 @@ def test_up_from_empty_folder_then_status_json(own_stack: LocalStack) -> None:
     result = _cli(own_stack, "up")
     assert result.returncode == 0, result.stderr
     status = json.loads(_cli(own_stack, "status", "--json").stdout)
-    assert [c["name"] for c in status] == ["postgres", "redis", "objectstore", "broker"]
+    names = [c["name"] for c in status]
+    assert names[:4] == ["postgres", "redis", "objectstore", "broker"]
+    assert "cdc" in names  # the connector's row (not started yet)
     for component in status:
+        assert {"name", "state", "endpoint", "pid"} <= set(component)
+    for component in status[:4]:
         assert set(component) == {"name", "state", "endpoint", "pid"}
         assert component["state"] == "up"
         assert isinstance(component["pid"], int) and is_alive(component["pid"])
