@@ -6,7 +6,7 @@ changes (position at or below the key's last in the batch); the sink drops write
 position it already holds, so re-sent records change nothing.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,7 @@ class MirrorProjection:
         reject: Callable[[KafkaRecord, BaseException], None],
     ) -> list[MirrorWrite]:
         guard = PositionGuard()
-        writes: dict[str, MirrorWrite] = {}
+        writes: dict[Hashable, MirrorWrite] = {}
         for record, change in items:
             try:
                 self._fold(writes, guard, change)
@@ -59,12 +59,12 @@ class MirrorProjection:
         return list(writes.values())
 
     def _fold(
-        self, writes: dict[str, MirrorWrite], guard: PositionGuard, change: ChangeEvent
+        self, writes: dict[Hashable, MirrorWrite], guard: PositionGuard, change: ChangeEvent
     ) -> None:
         if change.is_tombstone and change.source is None:
             return  # a tombstone without position only confirms a delete already seen
         position = change.position
-        kid = key_id(change.key)
+        kid = _key_identity(change.key)
         # A tombstone repeats its delete's LSN, so the guard drops it after that delete.
         if not guard.admit(kid, position):
             return
@@ -80,6 +80,16 @@ class MirrorProjection:
         else:
             previous.row, previous.position = row, position
             previous.applied.append(position)
+
+
+def _key_identity(key: Row) -> Hashable:
+    """A hashable identity of a key: its sorted items, or its canonical JSON for nested values."""
+    try:
+        identity = tuple(sorted(key.items()))
+        hash(identity)
+    except TypeError:
+        return key_id(key)
+    return identity
 
 
 def _checked_row(change: ChangeEvent) -> Row:

@@ -2,7 +2,7 @@
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 T = TypeVar("T")
 W = TypeVar("W")
@@ -14,9 +14,11 @@ W_contra = TypeVar("W_contra", contravariant=True)
 Headers = tuple[tuple[str, bytes | None], ...]
 
 
-@dataclass(frozen=True)
-class KafkaRecord:
-    """One Kafka record as a view sees it (the columns of Spark's Kafka source)."""
+class KafkaRecord(NamedTuple):
+    """One Kafka record as a view sees it (the columns of Spark's Kafka source).
+
+    A named tuple: batches hold hundreds of thousands of them.
+    """
 
     topic: str
     partition: int
@@ -81,6 +83,21 @@ class ProjectedBatch(Generic[W]):
     records: int = 0
 
 
+def merge_projected(parts: Sequence[ProjectedBatch[W]]) -> ProjectedBatch[W]:
+    """One batch from batches projected apart (one per partition; keys never span partitions)."""
+    writes: list[W] = []
+    rejections: list[Rejection] = []
+    offsets: dict[str, dict[str, int]] = {}
+    for part in parts:
+        writes.extend(part.writes)
+        rejections.extend(part.rejections)
+        for topic, ends in part.offsets.items():
+            merged = offsets.setdefault(topic, {})
+            for partition, offset in ends.items():
+                merged[partition] = max(merged.get(partition, 0), offset)
+    return ProjectedBatch(writes, rejections, offsets, sum(p.records for p in parts))
+
+
 def project_batch(
     records: Sequence[KafkaRecord],
     decoder: Decoder[T],
@@ -136,10 +153,15 @@ class ViewTarget(Protocol[W_contra]):
 
 @dataclass(frozen=True)
 class ViewSpec(Generic[T, W]):
-    """A view: its name, the topics it reads, and its decoder, projection and target."""
+    """A view: its name, the topics it reads, and its decoder, projection and target.
+
+    ``per_partition``: the projection may fold each Kafka partition apart (true when every key
+    lives in one partition, as with keyed topics), so an engine can run it in parallel.
+    """
 
     name: str
     topics: tuple[str, ...]
     decoder: Decoder[T]
     projection: Projection[T, W]
     target: ViewTarget[W]
+    per_partition: bool = False

@@ -6,10 +6,11 @@ created inside the functions, never pickled.
 """
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -128,7 +129,7 @@ def _checked_start(consumer: Consumer, options: KafkaSourceOptions, r: OffsetRan
 def _consume(
     consumer: Consumer, options: KafkaSourceOptions, r: OffsetRange, start: int
 ) -> Iterator[pa.RecordBatch]:
-    columns: dict[str, list[object]] = {f.name: [] for f in ARROW_SCHEMA}
+    pending: list[Message] = []
     position = start
     deadline = time.monotonic() + options.poll_timeout_s
     while position < r.end:
@@ -154,32 +155,30 @@ def _consume(
             if offset >= r.end:
                 position = r.end
                 break
-            _append(columns, message)
+            pending.append(message)
             position = offset + 1
-        if len(columns["offset"]) >= ROWS_PER_ARROW_BATCH:
-            yield _batch(columns)
-            columns = {f.name: [] for f in ARROW_SCHEMA}
-    if columns["offset"]:
-        yield _batch(columns)
+        if len(pending) >= ROWS_PER_ARROW_BATCH:
+            yield _batch(pending)
+            pending = []
+    if pending:
+        yield _batch(pending)
 
 
-def _append(columns: Mapping[str, list[object]], message: object) -> None:
-    m = message
-    kind, ts = m.timestamp()  # type: ignore[attr-defined]
-    columns["key"].append(m.key())  # type: ignore[attr-defined]
-    columns["value"].append(m.value())  # type: ignore[attr-defined]
-    columns["topic"].append(m.topic())  # type: ignore[attr-defined]
-    columns["partition"].append(m.partition())  # type: ignore[attr-defined]
-    columns["offset"].append(m.offset())  # type: ignore[attr-defined]
-    columns["timestamp"].append(None if ts < 0 else ts * 1000)
-    columns["timestampType"].append(max(0, kind - 1))
-    headers = m.headers()  # type: ignore[attr-defined]
-    columns["headers"].append(
-        None if headers is None else [{"key": k, "value": v} for k, v in headers]
-    )
-
-
-def _batch(columns: Mapping[str, list[object]]) -> pa.RecordBatch:
+def _batch(messages: list[Message]) -> pa.RecordBatch:
+    """Column-wise conversion of consumed messages (one pass per column is the fast path)."""
+    stamps = [m.timestamp() for m in messages]
+    headers: list[Any] = [m.headers() for m in messages]
+    columns = [
+        [m.key() for m in messages],
+        [m.value() for m in messages],
+        [m.topic() for m in messages],
+        [m.partition() for m in messages],
+        [m.offset() for m in messages],
+        [None if ts < 0 else ts * 1000 for _, ts in stamps],
+        [max(0, kind - 1) for kind, _ in stamps],
+        [None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers],
+    ]
     return pa.RecordBatch.from_arrays(
-        [pa.array(columns[f.name], type=f.type) for f in ARROW_SCHEMA], schema=ARROW_SCHEMA
+        [pa.array(values, type=f.type) for values, f in zip(columns, ARROW_SCHEMA, strict=True)],
+        schema=ARROW_SCHEMA,
     )

@@ -5,7 +5,8 @@ stores the batch id with the data in one transaction, so a batch Spark re-runs a
 skipped; rejected records go to the dead-letter queue before the sink commits.
 """
 
-from collections.abc import Callable
+import pickle
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -13,7 +14,15 @@ from typing import Any, Generic, TypeVar
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from connectors.kafka import KafkaConfig
-from projections.view import KafkaRecord, ViewSpec, project_batch
+from projections.view import (
+    Decoder,
+    KafkaRecord,
+    ProjectedBatch,
+    Projection,
+    ViewSpec,
+    merge_projected,
+    project_batch,
+)
 from spark_streaming.dead_letters import DeadLetterQueue
 from spark_streaming.stream import kafka_stream
 
@@ -62,20 +71,45 @@ def records_from_arrow(table: pa.Table) -> list[KafkaRecord]:
     """Kafka records from the Arrow form of a batch of the Kafka source."""
     if table.num_rows == 0:
         return []
-    cols = {name: table.column(name).to_pylist() for name in table.column_names}
     stamps = table.column("timestamp").cast(pa.int64()).to_pylist()
-    return [
-        KafkaRecord(
-            topic=cols["topic"][i],
-            partition=cols["partition"][i],
-            offset=cols["offset"][i],
-            key=cols["key"][i],
-            value=cols["value"][i],
-            headers=tuple((h["key"], h["value"]) for h in (cols["headers"][i] or ())),
-            timestamp_ms=None if stamps[i] is None else stamps[i] // 1000,
-        )
-        for i in range(table.num_rows)
+    headers = [
+        () if hs is None else tuple((h["key"], h["value"]) for h in hs)
+        for hs in table.column("headers").to_pylist()
     ]
+    return list(
+        map(
+            KafkaRecord,
+            table.column("topic").to_pylist(),
+            table.column("partition").to_pylist(),
+            table.column("offset").to_pylist(),
+            table.column("key").to_pylist(),
+            table.column("value").to_pylist(),
+            headers,
+            [None if ts is None else ts // 1000 for ts in stamps],
+        )
+    )
+
+
+PROJECTED_COLUMN = "projected binary"
+_PROJECTED_SCHEMA = pa.schema([pa.field("projected", pa.binary())])
+
+
+def partition_projector(
+    decoder: Decoder[T], projection: Projection[T, W]
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function: one partition's records in, its pickled
+    :class:`ProjectedBatch` out (one row)."""
+
+    def project_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        chunks = list(batches)
+        records = records_from_arrow(pa.Table.from_batches(chunks)) if chunks else []
+        projected = project_batch(records, decoder, projection)
+        payload = pickle.dumps(projected, protocol=pickle.HIGHEST_PROTOCOL)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([payload], pa.binary())], schema=_PROJECTED_SCHEMA
+        )
+
+    return project_partition
 
 
 class ViewJob(Generic[T, W]):
@@ -146,10 +180,19 @@ class ViewJob(Generic[T, W]):
         if callable(close):
             close()
 
+    def project(self, batch: Any) -> ProjectedBatch[W]:
+        """Decode and project a micro-batch: per partition on the executors when the view
+        allows it (only the folded writes come back to the driver), else on the driver."""
+        if not self.spec.per_partition:
+            records = records_from_arrow(batch.toArrow())
+            return project_batch(records, self.spec.decoder, self.spec.projection)
+        projector = partition_projector(self.spec.decoder, self.spec.projection)
+        parts = batch.mapInArrow(projector, PROJECTED_COLUMN).toArrow()
+        return merge_projected([pickle.loads(p) for p in parts.column(0).to_pylist()])
+
     def handle_batch(self, batch: Any, batch_id: int) -> None:
         """foreachBatch body: decode, project, dead-letter the rejects, apply with the batch id."""
-        records = records_from_arrow(batch.toArrow())
-        projected = project_batch(records, self.spec.decoder, self.spec.projection)
+        projected = self.project(batch)
         self.dead_letters.send(projected.rejections)
         applied = self.sink.apply(batch_id, projected.writes, projected.offsets)
         if self.on_batch is not None:

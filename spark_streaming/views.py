@@ -68,6 +68,7 @@ def mirror_view(
         decoder=decode_change,
         projection=MirrorProjection(),
         target=target,
+        per_partition=True,  # a CDC topic is keyed by primary key
     )
 
 

@@ -1,0 +1,215 @@
+"""Benchmark: rebuild the mirror of a 200,000-record CDC topic (not a test).
+
+    .venv/bin/python bench/replay.py [--records N] [--keys K] [--partitions P]
+
+Starts its own local stack (PostgreSQL, SeaweedFS + Tansu, Redis) on free ports, fills
+``cdc.public.bench`` with Debezium-format changes, then in the same run measures:
+
+  plain    a plain confluent-kafka read of the whole topic (assigned partitions)
+  source   the Spark Kafka source alone, into Spark's noop sink (trigger availableNow)
+  replay   ``replay`` of the mirror view: source + decode + fold + PostgreSQL upsert + swap
+
+and prints events/s and the ratios against the plain read.
+"""
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from connectors.kafka import KafkaConfig, TopicAdmin, state_topic
+from infra.stack import LocalStack
+from spark_streaming.replay import replay
+from spark_streaming.session import spark_session
+from spark_streaming.stream import kafka_stream
+from spark_streaming.views import ViewsConfig, configured_views
+from tests.stackenv import isolated_settings
+
+TOPIC = "cdc.public.bench"
+
+
+def fill(kafka: KafkaConfig, records: int, keys: int, partitions: int) -> None:
+    """Inserts, updates and deletes (with tombstones) of ``keys`` rows, ``records`` in all."""
+    TopicAdmin(kafka).ensure(state_topic(TOPIC, partitions))
+    producer = Producer(
+        kafka.client_properties(
+            **{
+                "enable.idempotence": True,
+                "linger.ms": 20,
+                "batch.size": 1_000_000,
+                "queue.buffering.max.messages": 1_000_000,
+            }
+        )
+    )
+    rng = random.Random(1)
+    live: dict[int, int] = {}
+    lsn, sent = 10_000, 0
+    while sent < records:
+        row_id = rng.randrange(keys)
+        lsn += 16
+        key = json.dumps({"id": row_id}).encode()
+        if row_id in live and rng.random() < 0.1 and sent + 2 <= records:
+            before = {"id": row_id, "name": f"n{live[row_id]}", "qty": live[row_id]}
+            value = {
+                "before": before,
+                "after": None,
+                "op": "d",
+                "source": {
+                    "lsn": lsn,
+                    "txId": lsn,
+                    "ts_ms": 0,
+                    "schema": "public",
+                    "table": "bench",
+                    "snapshot": "false",
+                },
+                "ts_ms": 0,
+            }
+            producer.produce(TOPIC, key=key, value=json.dumps(value).encode())
+            producer.produce(TOPIC, key=key, value=None, headers=[("lsn", str(lsn).encode())])
+            del live[row_id]
+            sent += 2
+        else:
+            op = "u" if row_id in live else "c"
+            live[row_id] = rng.randrange(10_000)
+            after = {
+                "id": row_id,
+                "name": f"n{live[row_id]}",
+                "qty": live[row_id],
+                "note": "x" * 60,
+            }
+            value = {
+                "before": None,
+                "after": after,
+                "op": op,
+                "source": {
+                    "lsn": lsn,
+                    "txId": lsn,
+                    "ts_ms": 0,
+                    "schema": "public",
+                    "table": "bench",
+                    "snapshot": "false",
+                },
+                "ts_ms": 0,
+            }
+            producer.produce(TOPIC, key=key, value=json.dumps(value).encode())
+            sent += 1
+        producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def plain_read(kafka: KafkaConfig, ends: dict[int, int]) -> float:
+    """Seconds for a plain assigned consumer to read every record (asking only for what is left)."""
+    consumer = Consumer(
+        kafka.client_properties(**{"group.id": "bench-plain", "enable.auto.commit": False})
+    )
+    started = time.perf_counter()
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in ends])
+    left = sum(ends.values())
+    while left > 0:
+        for message in consumer.consume(min(left, 10_000), timeout=1.0):
+            if message.error() is None:
+                left -= 1
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed
+
+
+def source_alone(spark: object, kafka: KafkaConfig, checkpoint: Path) -> float:
+    """Seconds for the Spark source to read the topic into the noop sink."""
+    stream = kafka_stream(
+        spark,
+        {
+            "kafka.bootstrap.servers": kafka.bootstrap_servers,
+            "subscribe": TOPIC,
+            "startingOffsets": "earliest",
+            "maxOffsetsPerTrigger": "50000",
+        },
+    )
+    started = time.perf_counter()
+    query = (
+        stream.writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--keys", type=int, default=20_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    args = parser.parse_args()
+
+    settings = isolated_settings("tributary-bench-")
+    stack = LocalStack(settings)
+    stack.up()
+    work = Path(tempfile.mkdtemp(prefix="tributary-bench-work-"))
+    try:
+        kafka = settings.kafka("bench")
+        t0 = time.perf_counter()
+        fill(kafka, args.records, args.keys, args.partitions)
+        print(
+            f"filled {TOPIC}: {args.records} records, {args.keys} keys,"
+            f" {args.partitions} partitions in {time.perf_counter() - t0:.1f}s"
+        )
+        ends = TopicAdmin(kafka).end_offsets(TOPIC)
+        total = sum(ends.values())
+        assert total == args.records, (total, ends)
+
+        config = ViewsConfig(
+            kafka=kafka,
+            postgres_dsn=settings.postgres().dsn,
+            views_schema="views",
+            checkpoint_root=work / "checkpoints",
+            mirror_tables=("public.bench",),
+            max_offsets_per_trigger=50_000,
+        )
+        spark = spark_session(settings.spark_master, "tributary-bench", driver_memory="1g")
+        # Warm-up (JVM, Python workers) on the same topic, so the runs below are warm.
+        source_alone(spark, kafka, work / "warmup")
+
+        plain_s = plain_read(kafka, ends)
+        source_s = source_alone(spark, kafka, work / "source")
+        [spec] = configured_views(config).values()
+        started = time.perf_counter()
+        result = replay(spark, spec, kafka, config.job_options())
+        replay_s = time.perf_counter() - started
+        plain_again_s = plain_read(kafka, ends)
+        assert result.records == total
+
+        plain_rate = total / min(plain_s, plain_again_s)
+        rows = []
+        for name, seconds in (
+            ("plain read", min(plain_s, plain_again_s)),
+            ("source alone (noop sink)", source_s),
+            ("replay (mirror rebuild)", replay_s),
+        ):
+            rate = total / seconds
+            rows.append((name, seconds, rate, rate / plain_rate))
+        print(f"\n{'run':<26}{'seconds':>9}{'events/s':>12}{'vs plain':>10}")
+        for name, seconds, rate, ratio in rows:
+            print(f"{name:<26}{seconds:>9.2f}{rate:>12,.0f}{ratio:>9.2f}x")
+        print(
+            f"\nplain read runs: {plain_s:.2f}s and {plain_again_s:.2f}s;"
+            f" replay: {result.batches} batches, generation {result.generation}"
+        )
+        spark.stop()
+    finally:
+        stack.down()
+        shutil.rmtree(settings.home.parent, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
