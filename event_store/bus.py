@@ -23,7 +23,7 @@ from event_store.command import Accepted, Command, CommandResult, Rejected, resu
 from event_store.errors import CommandRejected, ConcurrencyError, EventStoreError, StorageError
 from event_store.event import Position, RecordedEvent
 from event_store.registry import CommandRegistry, HandlerContext, Route
-from event_store.snapshots import Snapshot, SnapshotPolicy, SnapshotStore
+from event_store.snapshots import SnapshotPolicy, SnapshotStore
 from event_store.store import EventStore
 
 Clock = Callable[[], datetime]
@@ -115,25 +115,15 @@ class CommandBus:
     def load(
         self, aggregate_type: type[Aggregate[Any]], stream_id: str, conn: Connection | None = None
     ) -> Aggregate[Any]:
-        """The aggregate from its latest usable snapshot plus the events after it."""
+        """The aggregate from its latest usable snapshot plus the events after it.
+
+        The same query ``send`` uses: a snapshot taken with another ``snapshot_version`` is
+        ignored and the stream replayed from its first event.
+        """
         if conn is None:
             with self.store.engine.connect() as own:
                 return self.load(aggregate_type, stream_id, own)
-        return self._load(conn, aggregate_type, stream_id, self.snapshots.load(conn, stream_id))
-
-    def _load(
-        self,
-        conn: Connection,
-        aggregate_type: type[Aggregate[Any]],
-        stream_id: str,
-        snapshot: Snapshot | None,
-    ) -> Aggregate[Any]:
-        aggregate = aggregate_type(stream_id)
-        if snapshot is not None and snapshot.snapshot_version == aggregate_type.snapshot_version:
-            aggregate = aggregate_type.from_snapshot(stream_id, snapshot.version, snapshot.state)
-        later = self.store.read_stream(stream_id, aggregate.version + 1, connection=conn)
-        aggregate.replay(self.registry.codec.decode(e) for e in later)
-        return aggregate
+        return self._previous_and_load(conn, None, aggregate_type, stream_id)[1]
 
     def replay(self, aggregate_type: type[Aggregate[Any]], stream_id: str) -> Aggregate[Any]:
         """The aggregate folded from every event of its stream, ignoring snapshots."""
@@ -224,7 +214,7 @@ class CommandBus:
     def _previous_and_load(
         self,
         conn: Connection,
-        command_id: str,
+        command_id: str | None,
         aggregate_type: type[Aggregate[Any]],
         stream_id: str,
     ) -> tuple[CommandResult | None, Aggregate[Any]]:

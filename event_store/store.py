@@ -168,6 +168,33 @@ class EventStore:
         with engine.connect() as conn:
             yield conn
 
+    @contextmanager
+    def _driver(self, connection: Connection | None) -> Iterator[psycopg.Connection[Any]]:
+        """The psycopg connection under ``connection``, or a pooled one in autocommit mode.
+
+        A pooled one is taken with ``raw_connection()``: a single-statement append needs
+        neither a transaction nor SQLAlchemy's Connection (whose set-up costs as much CPU
+        as the insert). Autocommit is switched off again before the pool gets it back.
+        """
+        if connection is not None:
+            driver = connection.connection.driver_connection
+            if not isinstance(driver, psycopg.Connection):
+                raise EventStoreError("the event store needs the psycopg 3 driver")
+            yield driver
+            return
+        raw = self.engine.raw_connection()
+        try:
+            driver = raw.driver_connection
+            if not isinstance(driver, psycopg.Connection):
+                raise EventStoreError("the event store needs the psycopg 3 driver")
+            driver.autocommit = True
+            try:
+                yield driver
+            finally:
+                driver.autocommit = False
+        finally:
+            raw.close()
+
     # -- writing -----------------------------------------------------------------------
 
     def append(
@@ -190,10 +217,7 @@ class EventStore:
         if not events:
             return AppendResult(stream_id, expected_version, (), ())
         params, statement = self._sql.for_append(stream_id, stream_type, events, expected_version)
-        with self._connection(connection, autocommit=True) as conn:
-            driver = conn.connection.driver_connection
-            if not isinstance(driver, psycopg.Connection):
-                raise EventStoreError("the event store needs the psycopg 3 driver")
+        with self._driver(connection) as driver:
             try:
                 with driver.cursor() as cursor:
                     cursor.execute(statement, params)
@@ -210,9 +234,9 @@ class EventStore:
                 ) from exc
             except psycopg.Error as exc:
                 raise StorageError(f"append to {stream_id!r} failed: {exc}", exc.sqlstate) from exc
-            if not rows:
-                actual = None if connection is not None else self.stream_version(stream_id, conn)
-                raise ConcurrencyError(stream_id, expected_version, actual)
+        if not rows:
+            actual = None if connection is not None else self.stream_version(stream_id)
+            raise ConcurrencyError(stream_id, expected_version, actual)
         positions = tuple(sorted(Position(int(r[0]), int(r[1])) for r in rows))
         return AppendResult(
             stream_id,

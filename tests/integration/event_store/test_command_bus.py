@@ -213,3 +213,24 @@ def test_a_snapshot_loaded_aggregate_equals_a_replayed_one(env: StoreEnv) -> Non
         assert loaded.state == replayed.state
     assert bus.load(Post, "post-3").state.text == "v10 #t8"
     assert bus.load(Following, "follows-1").state.followees == frozenset({2, 4})
+
+
+def test_loads_really_start_from_the_snapshot_unless_its_shape_is_outdated(env: StoreEnv) -> None:
+    bus = env.bus(snapshot_every=2)
+    bus.send(CreatePost(4, 1, "first"))
+    bus.send(EditPost(4, "second"))
+    bus.send(EditPost(4, "third"))
+    with env.admin.begin() as conn:  # snapshots are a cache, so they are not append-only
+        conn.execute(
+            text(
+                f"UPDATE {env.schema}.snapshots SET state = jsonb_set(state, '{{author_id}}', '99')"
+            )
+        )
+    assert bus.load(Post, "post-4").state.author_id == 99  # came from the snapshot
+    assert bus.load(Post, "post-4").state.text == "third"  # plus the event after it
+    assert bus.replay(Post, "post-4").state.author_id == 1
+
+    class PostV2(Post):
+        snapshot_version = 2
+
+    assert bus.load(PostV2, "post-4").state == bus.replay(Post, "post-4").state
