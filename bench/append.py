@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +205,8 @@ def run_case(url: str, case: Case, seconds: float) -> float:
     failed = [r for r in results if isinstance(r, str)]
     if failed:
         raise RuntimeError(f"{case.name}: a writer failed: {failed[0]}")
-    return sum(n for n, _ in results) / max(t for _, t in results)
+    events = sum(float(n) for n, _ in results)
+    return events / max(float(t) for _, t in results)
 
 
 def _worker(kind: str, *args: Any) -> None:
@@ -364,12 +366,10 @@ def report(url: str, names: dict[str, str], seconds: float, rounds: int, have_li
             Case("eventsourcing 1000/append, 1 writer", "eventsourcing", 1, 1000, lib),
         ]
     runs: dict[str, Callable[[], float]] = {
-        f"pgbench insert, {c} client(s)": (
-            lambda c=c: pgbench(url, names["pgbench"], c, seconds)  # type: ignore[misc]
-        )
+        f"pgbench insert, {c} client(s)": partial(pgbench, url, names["pgbench"], c, seconds)
         for c in (1, 4)
     }
-    runs.update({case.name: (lambda case=case: run_case(url, case, seconds)) for case in cases})
+    runs.update({case.name: partial(run_case, url, case, seconds) for case in cases})
     samples: dict[str, list[float]] = {label: [] for label in runs}
     print(
         f"{rounds} round(s), each case {seconds:.0f} s per round, rounds interleaved; "
