@@ -13,6 +13,7 @@ and prints events/s and the ratios against the plain read.
 """
 
 import argparse
+import dataclasses
 import json
 import random
 import shutil
@@ -21,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -36,7 +38,7 @@ from tests.stackenv import isolated_settings
 TOPIC = "cdc.public.bench"
 
 
-def fill(kafka: KafkaConfig, records: int, keys: int, partitions: int) -> None:
+def fill(kafka: KafkaConfig, records: int, keys: int, partitions: int) -> int:
     """Inserts, updates and deletes (with tombstones) of ``keys`` rows, ``records`` in all."""
     TopicAdmin(kafka).ensure(state_topic(TOPIC, partitions))
     producer = Producer(
@@ -103,6 +105,7 @@ def fill(kafka: KafkaConfig, records: int, keys: int, partitions: int) -> None:
             sent += 1
         producer.poll(0)
     assert producer.flush(60) == 0
+    return len(live)
 
 
 def plain_read(kafka: KafkaConfig, ends: dict[int, int]) -> float:
@@ -122,7 +125,13 @@ def plain_read(kafka: KafkaConfig, ends: dict[int, int]) -> float:
     return elapsed
 
 
-def source_alone(spark: object, kafka: KafkaConfig, checkpoint: Path) -> float:
+def mirror_count(config: ViewsConfig) -> int:
+    with psycopg.connect(config.postgres_dsn) as conn:
+        row = conn.execute(f"SELECT count(*) FROM {config.views_schema}.public_bench").fetchone()
+    return int(row[0]) if row else -1
+
+
+def source_alone(spark: object, kafka: KafkaConfig, checkpoint: Path, batch: int) -> float:
     """Seconds for the Spark source to read the topic into the noop sink."""
     stream = kafka_stream(
         spark,
@@ -130,7 +139,7 @@ def source_alone(spark: object, kafka: KafkaConfig, checkpoint: Path) -> float:
             "kafka.bootstrap.servers": kafka.bootstrap_servers,
             "subscribe": TOPIC,
             "startingOffsets": "earliest",
-            "maxOffsetsPerTrigger": "50000",
+            "maxOffsetsPerTrigger": str(batch),
         },
     )
     started = time.perf_counter()
@@ -149,6 +158,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--keys", type=int, default=20_000)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=100_000, help="maxOffsetsPerTrigger")
     args = parser.parse_args()
 
     settings = isolated_settings("tributary-bench-")
@@ -158,7 +168,7 @@ def main() -> None:
     try:
         kafka = settings.kafka("bench")
         t0 = time.perf_counter()
-        fill(kafka, args.records, args.keys, args.partitions)
+        live_keys = fill(kafka, args.records, args.keys, args.partitions)
         print(
             f"filled {TOPIC}: {args.records} records, {args.keys} keys,"
             f" {args.partitions} partitions in {time.perf_counter() - t0:.1f}s"
@@ -173,36 +183,45 @@ def main() -> None:
             views_schema="views",
             checkpoint_root=work / "checkpoints",
             mirror_tables=("public.bench",),
-            max_offsets_per_trigger=50_000,
+            max_offsets_per_trigger=args.batch,
         )
         spark = spark_session(settings.spark_master, "tributary-bench", driver_memory="1g")
         # Warm-up (JVM, Python workers) on the same topic, so the runs below are warm.
-        source_alone(spark, kafka, work / "warmup")
+        source_alone(spark, kafka, work / "warmup", args.batch)
 
         plain_s = plain_read(kafka, ends)
-        source_s = source_alone(spark, kafka, work / "source")
+        source_s = source_alone(spark, kafka, work / "source", args.batch)
         [spec] = configured_views(config).values()
-        started = time.perf_counter()
-        result = replay(spark, spec, kafka, config.job_options())
-        replay_s = time.perf_counter() - started
+        replays = {}
+        for per_partition in (True, False):
+            started = time.perf_counter()
+            result = replay(
+                spark,
+                dataclasses.replace(spec, per_partition=per_partition),
+                kafka,
+                config.job_options(),
+            )
+            replays[per_partition] = (time.perf_counter() - started, result)
+            assert result.records == total
+            assert mirror_count(config) == live_keys
         plain_again_s = plain_read(kafka, ends)
-        assert result.records == total
 
-        plain_rate = total / min(plain_s, plain_again_s)
-        rows = []
-        for name, seconds in (
-            ("plain read", min(plain_s, plain_again_s)),
+        plain_best = min(plain_s, plain_again_s)
+        rows = [
+            ("plain confluent-kafka read", plain_best),
             ("source alone (noop sink)", source_s),
-            ("replay (mirror rebuild)", replay_s),
-        ):
-            rate = total / seconds
-            rows.append((name, seconds, rate, rate / plain_rate))
-        print(f"\n{'run':<26}{'seconds':>9}{'events/s':>12}{'vs plain':>10}")
-        for name, seconds, rate, ratio in rows:
-            print(f"{name:<26}{seconds:>9.2f}{rate:>12,.0f}{ratio:>9.2f}x")
+            ("replay, fold per partition", replays[True][0]),
+            ("replay, fold on the driver", replays[False][0]),
+        ]
+        print(f"\n{'run':<30}{'seconds':>9}{'events/s':>12}{'vs plain':>10}")
+        for name, seconds in rows:
+            print(
+                f"{name:<30}{seconds:>9.2f}{total / seconds:>12,.0f}{plain_best / seconds:>9.2f}x"
+            )
         print(
-            f"\nplain read runs: {plain_s:.2f}s and {plain_again_s:.2f}s;"
-            f" replay: {result.batches} batches, generation {result.generation}"
+            f"\nplain read runs: {plain_s:.2f}s and {plain_again_s:.2f}s; maxOffsetsPerTrigger"
+            f" {args.batch}: {replays[True][1].batches} batches per replay;"
+            f" mirror rows: {live_keys}"
         )
         spark.stop()
     finally:
