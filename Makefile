@@ -42,9 +42,7 @@ lint: setup
 	$(BIN)/mypy
 
 demo: setup
-	$(BIN)/tributary up
-	$(BIN)/tributary status
-	$(BIN)/tributary topics
+	$(BIN)/tributary demo
 
 bench: setup
 	@ls bench/*.py >/dev/null 2>&1 && for b in bench/*.py; do $(BIN)/python $$b; done || echo "no benchmarks yet"

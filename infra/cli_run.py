@@ -77,3 +77,15 @@ def run(
     )
     supervisor.run(stop)
     console.print("run: all components stopped")
+
+
+@app.command()
+def demo() -> None:
+    """The social-network demo end to end on the local stack (CRUD + commands -> CDC ->
+    Avro events and a Spark mirror view)."""
+    from infra.demo import run_demo
+
+    try:
+        run_demo(settings(), console)
+    except (TributaryError, TimeoutError) as exc:
+        fail(str(exc))
