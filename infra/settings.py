@@ -173,7 +173,7 @@ class Settings(BaseSettings):
 
     # Views
     mirror_tables: str = Field(
-        "",
+        "public.users",
         description="Tables mirrored into the views schema, comma-separated schema.table;"
         " each view reads the topic <cdc prefix>.<schema>.<table>.",
     )
