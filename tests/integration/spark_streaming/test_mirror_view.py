@@ -1,8 +1,10 @@
 """The mirror view against a real broker, Spark and PostgreSQL."""
 
+import dataclasses
 import json
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from spark_streaming.dead_letters import REASON_HEADER, dlq_topic
@@ -11,9 +13,16 @@ from spark_streaming.views import ViewsConfig, configured_views
 from tests.integration.spark_streaming.changefeed import ChangeFeed, applied_counts, mirror_rows
 
 
-def run_mirror(spark: Any, config: ViewsConfig, reports: list[BatchReport] | None = None) -> str:
+def run_mirror(
+    spark: Any,
+    config: ViewsConfig,
+    reports: list[BatchReport] | None = None,
+    per_partition: bool | None = None,
+) -> str:
     """Run the configured mirror until it has read everything; returns its table."""
     [spec] = configured_views(config).values()
+    if per_partition is not None:
+        spec = dataclasses.replace(spec, per_partition=per_partition)
     job = ViewJob(
         spark,
         spec,
@@ -34,18 +43,19 @@ def assert_mirrors(feed: ChangeFeed, table: str) -> None:
     assert applied_counts(feed.dsn, table) == {k: v[3] for k, v in source.items()}
 
 
+@pytest.mark.parametrize("per_partition", [False, True], ids=["driver-fold", "executor-fold"])
 def test_mirror_equals_source_after_thousands_of_changes(
-    spark: Any, feed: ChangeFeed, views_config: ViewsConfig
+    spark: Any, feed: ChangeFeed, views_config: ViewsConfig, per_partition: bool
 ) -> None:
     feed.run(3000)
     reports: list[BatchReport] = []
-    table = run_mirror(spark, views_config, reports)
+    table = run_mirror(spark, views_config, reports, per_partition)
     assert len(reports) >= 3  # maxOffsetsPerTrigger=1000 split the topic into batches
     assert len(feed.rows()) > 300
     assert_mirrors(feed, table)
     # More changes later: the same query (checkpoint) continues from where it stopped.
     feed.run(500)
-    run_mirror(spark, views_config)
+    run_mirror(spark, views_config, per_partition=per_partition)
     assert_mirrors(feed, table)
 
 
