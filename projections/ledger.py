@@ -159,6 +159,27 @@ class ViewLedger:
         )
         return None if row is None else str(row[0])
 
+    def register(self, conn: psycopg.Connection[Any], view: str, generation: str) -> None:
+        """Record a generation being built (no batch applied yet)."""
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (view, generation, batch_id) VALUES (%s, %s, -1)"
+                " ON CONFLICT (view, generation) DO NOTHING"
+            ).format(self._t("_view_batches")),
+            (view, generation),
+        )
+
+    def generations(self, conn: psycopg.Connection[Any], view: str) -> set[str]:
+        """Generations of a view still in use: the live one and any being built."""
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT generation FROM {} WHERE view = %s UNION SELECT generation FROM {}"
+                " WHERE view = %s"
+            ).format(self._t("_view_batches"), self._t("_view_generations")),
+            (view, view),
+        ).fetchall()
+        return {str(r[0]) for r in rows}
+
     def forget(self, conn: psycopg.Connection[Any], view: str, generation: str) -> None:
         conn.execute(
             sql.SQL("DELETE FROM {} WHERE view = %s AND generation = %s").format(

@@ -62,8 +62,16 @@ class MirrorTarget:
         )
 
     def prepare(self, generation: str) -> None:
-        """Start a rebuild: an empty shadow (leftovers of a failed attempt removed)."""
+        """Start a rebuild: an empty shadow, and the generation recorded as in use."""
         self.discard(generation)
+        with self._connect() as conn, conn.transaction():
+            self.ledger.register(conn, self.view, generation)
+
+    def generations(self) -> set[str]:
+        """Generations in use (live or being built); any other is retired."""
+        with self._connect() as conn, conn.transaction():
+            self.ledger.ensure(conn)
+            return self.ledger.generations(conn, self.view)
 
     def discard(self, generation: str) -> None:
         """Drop a rebuild's shadow table and ledger row; the live view is not touched."""

@@ -21,7 +21,6 @@ from spark_streaming.view_job import (
     CommitHooks,
     JobOptions,
     ViewJob,
-    checkpoint_dir,
 )
 
 T = TypeVar("T")
@@ -100,6 +99,6 @@ def replay(
     except Exception as exc:
         spec.target.discard(generation)
         raise ReplayError(f"swap of {spec.name} failed, the live view is unchanged: {exc}") from exc
-    if replaced is not None and replaced != generation:
-        shutil.rmtree(checkpoint_dir(options.checkpoint_root, spec.name, replaced), True)
+    # The replaced generation's checkpoint stays until the live job restarts on the new
+    # generation (it may still be running on it); ViewJob.start prunes it then.
     return ReplayResult(spec.name, generation, replaced, totals["records"], totals["batches"])

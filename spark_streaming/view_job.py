@@ -6,6 +6,7 @@ skipped; rejected records go to the dead-letter queue before the sink commits.
 """
 
 import pickle
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,8 +161,25 @@ class ViewJob(Generic[T, W]):
         opts.update(self.options.extra_source_options)
         return opts
 
+    def prune_checkpoints(self) -> list[Path]:
+        """Remove the checkpoints of retired generations (replaced by a replay) of this view."""
+        folder = self.checkpoint.parent
+        if not folder.is_dir():
+            return []
+        in_use = self.spec.target.generations() | {self.generation}
+        retired = [p for p in folder.iterdir() if p.is_dir() and p.name not in in_use]
+        for path in retired:
+            shutil.rmtree(path, ignore_errors=True)
+        return retired
+
     def start(self, *, available_now: bool = False) -> Any:
-        """Start the query (``available_now``: read what is there now, then stop)."""
+        """Start the query (``available_now``: read what is there now, then stop).
+
+        A live job first removes checkpoints of retired generations: a replay leaves the old
+        one in place because a job may still be running on it.
+        """
+        if self.live:
+            self.prune_checkpoints()
         stream = kafka_stream(self.spark, self.source_options())
         writer = (
             stream.writeStream.queryName(f"{self.spec.name}.{self.generation}")
