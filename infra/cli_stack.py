@@ -82,6 +82,8 @@ def runtime_rows(s: Settings) -> list[dict[str, object]]:
         last = cdc["last_change_at"]
         rows.append(
             {
+                **cdc,
+                "connector": cdc["name"],
                 "name": "cdc",
                 "state": cdc["state"],
                 "endpoint": f"slot {cdc['slot']}",
@@ -93,7 +95,6 @@ def runtime_rows(s: Settings) -> list[dict[str, object]]:
                     if isinstance(last, float)
                     else "-"
                 ),
-                **cdc,
             }
         )
     except Exception as exc:
