@@ -36,6 +36,7 @@ class ReplayResult:
     replaced: str | None
     records: int
     batches: int
+    busy_s: float = 0.0  # time inside micro-batches (the rest is query start-up and waiting)
 
 
 def topic_records(kafka: KafkaConfig, topics: tuple[str, ...]) -> int:
@@ -82,6 +83,14 @@ def replay(
         problem = query.exception()
         if problem is not None:
             raise ReplayError(f"rebuild of {spec.name} failed: {problem}")
+        if totals["records"] == 0:
+            raise ReplayError(
+                f"{', '.join(spec.topics)} holds no records (missing or empty topic?): nothing"
+                f" to rebuild {spec.name} from; the live view is unchanged"
+            )
+        busy_s = (
+            sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress) / 1000
+        )
     except Exception as exc:
         if query is not None and query.isActive:
             query.stop()
@@ -101,4 +110,6 @@ def replay(
         raise ReplayError(f"swap of {spec.name} failed, the live view is unchanged: {exc}") from exc
     # The replaced generation's checkpoint stays until the live job restarts on the new
     # generation (it may still be running on it); ViewJob.start prunes it then.
-    return ReplayResult(spec.name, generation, replaced, totals["records"], totals["batches"])
+    return ReplayResult(
+        spec.name, generation, replaced, totals["records"], totals["batches"], busy_s
+    )

@@ -171,3 +171,13 @@ def wait_until(condition: Any, timeout: float = 120) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.5)
+
+
+def test_a_replay_from_an_empty_topic_refuses_to_swap(
+    spark: Any, feed: ChangeFeed, views_config: ViewsConfig
+) -> None:
+    [spec] = configured_views(views_config).values()
+    generation = spec.target.live_generation()
+    with pytest.raises(ReplayError, match="holds no records"):
+        replay(spark, spec, views_config.kafka, views_config.job_options())
+    assert spec.target.live_generation() == generation
