@@ -140,3 +140,7 @@ def views_command(as_json: JsonFlag = False) -> None:
             st.view, st.generation or "-", str(st.batch_id), json.dumps(st.offsets), str(st.lag)
         )
     console.print(table)
+
+
+if __name__ == "__main__":  # `python -m infra.cli_views replay VIEW` works before wiring
+    app()

@@ -64,7 +64,7 @@ def view_table(config: ViewsConfig, feed: ChangeFeed) -> str:
 def test_kill_9_then_restart_applies_everything_exactly_once(
     feed: ChangeFeed, views_config: ViewsConfig, tmp_path: Path, point: str
 ) -> None:
-    feed.run(2500)
+    feed.run(1500)  # about 1,700 records: 5 batches of 400
     marker = tmp_path / "paused"
     proc = driver(views_config, feed, pause_at=point, pause_batch=2, marker=str(marker))
     assert wait_marker(proc, marker) == f"{point} 2"
