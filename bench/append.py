@@ -12,14 +12,17 @@ Cases (each writer is its own process, so Python's GIL is not what is measured):
 - ``no-order``: the same appends with the read_all mechanism removed (no transaction id
   default, no ordering index): the cost of never skipping on read;
 - ``lock``: appends serialised by a transaction-scoped lock, the alternative mechanism;
-- ``pgbench``: single-row INSERT commits, 1 and 4 clients; ``psycopg``: the same INSERT from
-  Python (the floor for any Python client);
+- ``pgbench``: single-row INSERT commits, 1 and 4 clients, into a one-column table, and
+  ("event row") into an events table of our schema: the second separates the cost of the
+  row (its indexes, jsonb) from the cost of our client code;
+- ``psycopg``: the one-column INSERT from Python (the floor for any Python client);
 - ``eventsourcing``: ``PostgresApplicationRecorder.insert_events`` run the same way.
 
 Needs ``pip install -e '.[bench]'`` for the eventsourcing comparison (skipped without it).
 """
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import re
@@ -128,8 +131,6 @@ def eventsourcing_recorder(url: str, schema: str) -> Any:
 def _eventsourcing_writer(
     url: str, case: Case, start: Any, seconds: float, out: Any, worker: int
 ) -> None:
-    import json
-
     from eventsourcing.persistence import StoredEvent
 
     recorder = eventsourcing_recorder(url, case.schema)
@@ -221,10 +222,24 @@ def _worker(kind: str, *args: Any) -> None:
 # -- pgbench ----------------------------------------------------------------------------
 
 
-def pgbench(url: str, table: str, clients: int, seconds: float) -> float:
+PGBENCH_PLAIN = "INSERT INTO public.{table} (payload) VALUES ('{{\"post_id\": 1}}');\n"
+
+
+def pgbench_event_row(schema: str) -> str:
+    """One event row into a store schema's events table, as pgbench runs it."""
+    return (
+        f"INSERT INTO {schema}.events (event_id, stream_id, stream_type, version, event_type, "
+        "schema_version, data, metadata) VALUES (gen_random_uuid(), 's-' || gen_random_uuid(), "
+        f"'bench', 1, 'Benched', 1, '{json.dumps(PAYLOAD)}', '{{}}') "
+        "RETURNING transaction_id, position;\n"
+    )
+
+
+def pgbench(url: str, sql: str, clients: int, seconds: float) -> float:
+    """Commits/s of ``sql`` run by pgbench (C client) with ``clients`` connections."""
     u = make_url(url)
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
-        script.write(f"INSERT INTO {table} (payload) VALUES ('{{\"post_id\": 1}}');\n")
+        script.write(sql)
     os.chmod(script.name, 0o644)
     env = {**os.environ, "PGPASSWORD": u.password or ""}
     argv = [
@@ -286,10 +301,11 @@ def prepare(url: str, tag: str) -> dict[str, str]:
         "bus": f"bench_bus_{tag}",
         "es_lib": f"bench_eslib_{tag}",
         "pgbench": f"bench_pgbench_{tag}",
+        "pgbench_events": f"bench_pgbench_es_{tag}",
     }
     engine = create_engine(url)
     with engine.begin() as conn:
-        for key in ("store", "noorder", "bus"):
+        for key in ("store", "noorder", "bus", "pgbench_events"):
             create_schema(conn, names[key])
         n = names["noorder"]
         conn.execute(text(f"DROP INDEX {n}.events_transaction_position_idx"))
@@ -312,7 +328,7 @@ def prepare(url: str, tag: str) -> dict[str, str]:
 def cleanup(url: str, names: dict[str, str]) -> None:
     engine = create_engine(url)
     with engine.begin() as conn:
-        for key in ("store", "noorder", "bus", "es_lib"):
+        for key in ("store", "noorder", "bus", "es_lib", "pgbench_events"):
             drop_schema(conn, names[key])
         drop_schema(conn, names["bus"] + "_users")
         conn.execute(text(f"DROP TABLE IF EXISTS public.{names['pgbench']}"))
@@ -365,10 +381,12 @@ def report(url: str, names: dict[str, str], seconds: float, rounds: int, have_li
             Case("eventsourcing 10/append, 1 writer", "eventsourcing", 1, 10, lib),
             Case("eventsourcing 1000/append, 1 writer", "eventsourcing", 1, 1000, lib),
         ]
-    runs: dict[str, Callable[[], float]] = {
-        f"pgbench insert, {c} client(s)": partial(pgbench, url, names["pgbench"], c, seconds)
-        for c in (1, 4)
-    }
+    plain = PGBENCH_PLAIN.format(table=names["pgbench"])
+    event_row = pgbench_event_row(names["pgbench_events"])
+    runs: dict[str, Callable[[], float]] = {}
+    for c in (1, 4):
+        runs[f"pgbench insert, {c} client(s)"] = partial(pgbench, url, plain, c, seconds)
+        runs[f"pgbench event row, {c} client(s)"] = partial(pgbench, url, event_row, c, seconds)
     runs.update({case.name: partial(run_case, url, case, seconds) for case in cases})
     samples: dict[str, list[float]] = {label: [] for label in runs}
     print(
@@ -395,6 +413,10 @@ def report(url: str, names: dict[str, str], seconds: float, rounds: int, have_li
     ratio("psycopg insert, 4 writers", "pgbench insert, 4 client(s)", "  (Python client floor)")
     ratio("append 1/cmd, 1 writer", "pgbench insert, 1 client(s)", "  (aim >= 0.7)")
     ratio("append 1/cmd, 4 writers", "pgbench insert, 4 client(s)", "  (aim >= 0.7)")
+    ratio("pgbench event row, 1 client(s)", "pgbench insert, 1 client(s)", "  (cost of the row)")
+    ratio("pgbench event row, 4 client(s)", "pgbench insert, 4 client(s)", "  (cost of the row)")
+    ratio("append 1/cmd, 1 writer", "pgbench event row, 1 client(s)", "  (same row, C client)")
+    ratio("append 1/cmd, 4 writers", "pgbench event row, 4 client(s)", "  (same row, C client)")
     ratio("append 1/cmd, 1 writer", "psycopg insert, 1 writer")
     ratio("append 1/cmd, 4 writers", "psycopg insert, 4 writers")
     ratio("bus 1/cmd, 1 writer", "pgbench insert, 1 client(s)")
