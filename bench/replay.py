@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from connectors.changes import ChangeEvent
 from connectors.kafka import KafkaConfig, TopicAdmin, state_topic
+from connectors.kafka.config import ClientValue
 from infra.stack import LocalStack
 from spark_streaming.replay import replay
 from spark_streaming.session import spark_session
@@ -37,6 +39,7 @@ from spark_streaming.views import ViewsConfig, configured_views
 from tests.stackenv import isolated_settings
 
 TOPIC = "cdc.public.bench"
+PLAIN_CONSUMER: dict[str, ClientValue] = {"group.id": "bench-plain", "enable.auto.commit": False}
 
 
 def fill(kafka: KafkaConfig, records: int, keys: int, partitions: int) -> int:
@@ -111,9 +114,7 @@ def fill(kafka: KafkaConfig, records: int, keys: int, partitions: int) -> int:
 
 def plain_read(kafka: KafkaConfig, ends: dict[int, int]) -> float:
     """Seconds for a plain assigned consumer to read every record (asking only for what is left)."""
-    consumer = Consumer(
-        kafka.client_properties(**{"group.id": "bench-plain", "enable.auto.commit": False})
-    )
+    consumer = Consumer(kafka.client_properties(**PLAIN_CONSUMER))
     started = time.perf_counter()
     consumer.assign([TopicPartition(TOPIC, p, 0) for p in ends])
     left = sum(ends.values())
@@ -134,16 +135,15 @@ def mirror_count(config: ViewsConfig) -> int:
 
 def plain_read_and_decode(kafka: KafkaConfig, ends: dict[int, int]) -> float:
     """Seconds for a plain consumer that also decodes every record as the mirror does."""
-    consumer = Consumer(
-        kafka.client_properties(**{"group.id": "bench-plain", "enable.auto.commit": False})
-    )
+    consumer = Consumer(kafka.client_properties(**PLAIN_CONSUMER))
     started = time.perf_counter()
     consumer.assign([TopicPartition(TOPIC, p, 0) for p in ends])
     left = sum(ends.values())
     while left > 0:
         for message in consumer.consume(min(left, 10_000), timeout=1.0):
             if message.error() is None:
-                ChangeEvent.from_kafka(TOPIC, message.key(), message.value(), message.headers())
+                headers: Any = message.headers()
+                ChangeEvent.from_kafka(TOPIC, message.key(), message.value(), headers)
                 left -= 1
     elapsed = time.perf_counter() - started
     consumer.close()
