@@ -186,3 +186,23 @@ def test_status_and_connector_config_and_slot_cleanup(
             (f"tributary_{connector.name}",),
         ).fetchone()
     assert pubs == (0,)
+
+
+def test_replica_identity_full_gives_whole_before_images(
+    stack: Endpoints, unique: str, connector_factory: Factory
+) -> None:
+    table = f"full_{unique}"
+    topic = f"cdc.public.{table}"
+    sql(
+        stack,
+        f"CREATE TABLE {table} (id bigint PRIMARY KEY, item text, qty int)",
+        f"INSERT INTO {table} VALUES (1, 'pen', 1)",
+    )
+    connector = connector_factory([f"public.{table}"], cdc_replica_identity_full=f"public.{table}")
+    connector.start()
+    wait_until(lambda: _count(stack, topic) >= 1, 120, "the snapshot row")
+    sql(stack, f"UPDATE {table} SET qty = 2 WHERE id = 1", f"DELETE FROM {table} WHERE id = 1")
+    wait_until(lambda: _count(stack, topic) >= 4, 60, "the update, delete and tombstone")
+    update, delete = _changes(stack, topic)[1:3]
+    assert (update.op, update.before) == ("u", {"id": 1, "item": "pen", "qty": 1})
+    assert (delete.op, delete.before) == ("d", {"id": 1, "item": "pen", "qty": 2})
