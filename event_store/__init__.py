@@ -8,6 +8,7 @@ The public surface, by concept:
 - evolution: :class:`Upcasters`, :class:`EventCodec`, :class:`SnapshotPolicy`
 - commands: :class:`CommandRegistry`, :class:`CommandBus`, :class:`Accepted`, :class:`Rejected`
 - Kafka entry point: :mod:`event_store.command_topic`
+- asyncio: :class:`event_store.aio.AsyncEventStore` (same statements, psycopg async pool)
 """
 
 from event_store.aggregate import Aggregate

@@ -1,0 +1,178 @@
+"""An asyncio path to the event store: appends and reads on psycopg's async connections.
+
+Same statements and guarantees as :class:`~event_store.store.EventStore` (it reuses
+:class:`~event_store.store.AppendStatements` and the same ``read_all`` horizon), so async
+services can append and follow the log without a thread per request::
+
+    async with AsyncEventStore(PostgresConfig(url)) as store:
+        await store.append("post-1", [NewEvent(...)], 0, stream_type="post")
+        events = await store.read_all(after=None, limit=100)
+
+Pass ``connection`` (a ``psycopg.AsyncConnection`` in a transaction) to append together
+with other writes; without it each append is one autocommitted statement.
+"""
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from connectors.postgres import PostgresConfig
+from event_store.errors import ConcurrencyError, SchemaMissingError, StorageError
+from event_store.event import NewEvent, Position, RecordedEvent
+from event_store.schema import DEFAULT_SCHEMA, check_identifier
+from event_store.store import AppendResult, AppendStatements
+from event_store.upcasting import Upcasters
+
+_COLUMNS = (
+    "event_id, stream_id, stream_type, version, event_type, schema_version, data, metadata, "
+    "recorded_at, transaction_id, position"
+)
+
+
+class AsyncEventStore:
+    """Append to and read from one store schema with asyncio (psycopg async pool)."""
+
+    def __init__(
+        self,
+        config: PostgresConfig,
+        schema: str = DEFAULT_SCHEMA,
+        upcasters: Upcasters | None = None,
+    ) -> None:
+        self.schema = check_identifier(schema)
+        self.upcasters = upcasters
+        self._sql = AppendStatements(schema)
+        self._pool = AsyncConnectionPool(
+            config.dsn,
+            min_size=1,
+            max_size=config.pool_size,
+            kwargs={"autocommit": True},
+            open=False,
+        )
+        events = f"{self.schema}.events"
+        self._read_stream = (
+            f"SELECT {_COLUMNS} FROM {events} WHERE stream_id = %(stream_id)s "
+            "AND version >= %(from_version)s AND version <= %(to_version)s ORDER BY version"
+        )
+        self._read_all = (
+            f"SELECT {_COLUMNS} FROM {events} "
+            "WHERE transaction_id < pg_snapshot_xmin(pg_current_snapshot())::text::bigint "
+            "AND (transaction_id, position) > (%(tx)s, %(seq)s) "
+            "ORDER BY transaction_id, position LIMIT %(limit)s"
+        )
+        self._version = (
+            f"SELECT coalesce(max(version), 0) FROM {events} WHERE stream_id = %(stream_id)s"
+        )
+
+    async def open(self) -> None:
+        await self._pool.open(wait=True)
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def __aenter__(self) -> "AsyncEventStore":
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def append(
+        self,
+        stream_id: str,
+        events: Sequence[NewEvent],
+        expected_version: int,
+        *,
+        stream_type: str,
+        connection: psycopg.AsyncConnection[Any] | None = None,
+    ) -> AppendResult:
+        """As :meth:`EventStore.append`: atomic, :class:`ConcurrencyError` on a lost race."""
+        if expected_version < 0:
+            raise ValueError(f"expected_version must be >= 0, got {expected_version}")
+        if not events:
+            return AppendResult(stream_id, expected_version, (), ())
+        params, statement = self._sql.for_append(stream_id, stream_type, events, expected_version)
+        try:
+            rows = await self._fetch(statement, params, connection)
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name == "events_stream_version_key":
+                raise ConcurrencyError(stream_id, expected_version, None) from exc
+            raise StorageError(f"append to {stream_id!r} failed: {exc}", exc.sqlstate) from exc
+        if not rows:
+            actual = None if connection is not None else await self.stream_version(stream_id)
+            raise ConcurrencyError(stream_id, expected_version, actual)
+        positions = tuple(sorted(Position(int(r[0]), int(r[1])) for r in rows))
+        return AppendResult(
+            stream_id,
+            expected_version + len(events),
+            tuple(str(e.event_id) for e in events),
+            positions,
+        )
+
+    async def stream_version(self, stream_id: str) -> int:
+        rows = await self._fetch(self._version, {"stream_id": stream_id}, None)
+        return int(rows[0][0])
+
+    async def read_stream(
+        self, stream_id: str, from_version: int = 1, to_version: int | None = None
+    ) -> list[RecordedEvent]:
+        params = {
+            "stream_id": stream_id,
+            "from_version": from_version,
+            "to_version": 2**31 - 1 if to_version is None else to_version,
+        }
+        return [self._recorded(r) for r in await self._fetch(self._read_stream, params, None)]
+
+    async def read_all(
+        self, after: Position | None = None, limit: int = 1000
+    ) -> list[RecordedEvent]:
+        """As :meth:`EventStore.read_all`: never skips an event that commits later."""
+        start = after or Position(-1, -1)
+        params = {"tx": start.transaction_id, "seq": start.sequence, "limit": limit}
+        return [self._recorded(r) for r in await self._fetch(self._read_all, params, None)]
+
+    async def _fetch(
+        self,
+        statement: str,
+        params: dict[str, Any],
+        connection: psycopg.AsyncConnection[Any] | None,
+    ) -> list[Any]:
+        try:
+            if connection is not None:
+                async with connection.cursor() as cursor:
+                    await cursor.execute(statement, params)
+                    return await cursor.fetchall()
+            async with self._pool.connection() as conn, conn.cursor() as cursor:
+                await cursor.execute(statement, params)
+                return await cursor.fetchall()
+        except psycopg.errors.UndefinedTable as exc:
+            raise SchemaMissingError(
+                f"{self.schema}.events does not exist: create it with event_store.create_schema",
+                exc.sqlstate,
+            ) from exc
+        except psycopg.errors.UniqueViolation:
+            raise
+        except psycopg.Error as exc:
+            raise StorageError(f"event store statement failed: {exc}", exc.sqlstate) from exc
+
+    def _recorded(self, row: Any) -> RecordedEvent:
+        event = RecordedEvent(
+            event_id=row[0],
+            stream_id=row[1],
+            stream_type=row[2],
+            version=row[3],
+            event_type=row[4],
+            schema_version=row[5],
+            data=row[6],
+            metadata=row[7],
+            recorded_at=row[8],
+            position=Position(row[9], row[10]),
+        )
+        return event if self.upcasters is None else self.upcasters.upcast(event)
