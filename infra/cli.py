@@ -1,6 +1,12 @@
 """The ``tributary`` command line: the app plus every command module that registers on it."""
 
-from infra import cli_cdc, cli_run, cli_stack  # noqa: F401  (they register their commands)
+from infra import (  # noqa: F401  (each module registers its commands)
+    cli_cdc,
+    cli_events,
+    cli_run,
+    cli_stack,
+    cli_views,
+)
 from infra.cli_app import app
 
 __all__ = ["app", "main"]
