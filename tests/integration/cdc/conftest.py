@@ -12,10 +12,12 @@ import psycopg
 import pytest
 
 from cdc.slots import drop_publication, drop_slot
+from connectors.changes import ChangeEvent
+from connectors.kafka import TopicAdmin
 from connectors.postgres import PostgresConfig
 from infra.stack.process import is_alive
 from tests.integration.conftest import Endpoints
-from tests.integration.kafka_reading import wait_until
+from tests.integration.kafka_reading import read_topic, wait_until
 
 
 class CdcProcess:
@@ -120,6 +122,22 @@ def connector_factory(stack: Endpoints, tmp_path: Path, unique: str) -> Iterator
         proc.stop()
         drop_slot(db, f"tributary_{proc.name}")
         drop_publication(db, f"tributary_{proc.name}")
+
+
+def changes_on(stack: Endpoints, topic: str) -> list[ChangeEvent]:
+    """Every record of a CDC topic, decoded."""
+    return [
+        ChangeEvent.from_kafka(topic, r.key, r.value, r.headers)
+        for r in read_topic(stack.kafka, topic)
+    ]
+
+
+def topic_length(stack: Endpoints, topic: str) -> int:
+    """Records on the topic now (0 while it does not exist)."""
+    admin = TopicAdmin(stack.kafka)
+    if topic not in admin.topic_names():
+        return 0
+    return sum(admin.end_offsets(topic).values())
 
 
 def sql(stack: Endpoints, *statements: str) -> None:

@@ -9,27 +9,13 @@ from collections.abc import Callable
 import psycopg
 
 from cdc.slots import drop_publication, drop_slot, slot_info
-from connectors.changes import ChangeEvent
 from connectors.kafka import TopicAdmin, history_topic
 from connectors.postgres import PostgresConfig
-from tests.integration.cdc.conftest import CdcProcess, sql
+from tests.integration.cdc.conftest import CdcProcess, changes_on, sql, topic_length
 from tests.integration.conftest import Endpoints
 from tests.integration.kafka_reading import read_topic, wait_until
 
 Factory = Callable[..., CdcProcess]
-
-
-def _changes(stack: Endpoints, topic: str) -> list[ChangeEvent]:
-    return [
-        ChangeEvent.from_kafka(topic, r.key, r.value, r.headers)
-        for r in read_topic(stack.kafka, topic)
-    ]
-
-
-def _count(stack: Endpoints, topic: str) -> int:
-    if topic not in TopicAdmin(stack.kafka).topic_names():
-        return 0
-    return len(read_topic(stack.kafka, topic))
 
 
 def test_changes_arrive_in_order_with_envelope_tombstone_and_key(
@@ -44,7 +30,7 @@ def test_changes_arrive_in_order_with_envelope_tombstone_and_key(
     )
     connector = connector_factory([f"public.{table}"])
     connector.start()
-    wait_until(lambda: _count(stack, topic) >= 2, 120, "the snapshot rows")
+    wait_until(lambda: topic_length(stack, topic) >= 2, 120, "the snapshot rows")
 
     sql(
         stack,
@@ -54,8 +40,8 @@ def test_changes_arrive_in_order_with_envelope_tombstone_and_key(
         f"ALTER TABLE {table} ADD COLUMN note text",
         f"INSERT INTO {table} VALUES (4, 'cap', 4, 'new column')",
     )
-    wait_until(lambda: _count(stack, topic) >= 7, 60, "the streamed changes")
-    changes = _changes(stack, topic)
+    wait_until(lambda: topic_length(stack, topic) >= 7, 60, "the streamed changes")
+    changes = changes_on(stack, topic)
 
     assert [(c.op, c.key) for c in changes] == [
         ("r", {"id": 1}),
@@ -96,7 +82,7 @@ def test_sigterm_commits_so_a_restart_redelivers_nothing(
     connector.start()
     connector.wait_running()
     sql(stack, f"INSERT INTO {table} SELECT g, 'n' || g FROM generate_series(1, 500) g")
-    wait_until(lambda: _count(stack, topic) >= 500, 60, "500 changes")
+    wait_until(lambda: topic_length(stack, topic) >= 500, 60, "500 changes")
     assert connector.terminate() == 0
     assert connector.status()["state"] == "stopped"
     assert "stopped cleanly" in connector.output()
@@ -104,7 +90,7 @@ def test_sigterm_commits_so_a_restart_redelivers_nothing(
     connector.start()
     connector.wait_running()
     sql(stack, f"INSERT INTO {table} VALUES (501, 'after restart')")
-    wait_until(lambda: _count(stack, topic) >= 501, 60, "the change after the restart")
+    wait_until(lambda: topic_length(stack, topic) >= 501, 60, "the change after the restart")
     keys = [json.loads(r.key or b"")["id"] for r in read_topic(stack.kafka, topic)]
     assert keys == list(range(1, 502))  # nothing delivered twice, nothing lost
 
@@ -131,7 +117,7 @@ def test_a_publish_failure_stops_the_connector_and_skips_nothing(
     admin.delete(topic)
     wait_until(lambda: topic not in admin.topic_names(), 30, "the topic deletion")
     connector.start()
-    wait_until(lambda: _count(stack, topic) >= 50, 120, "the snapshot after the fix")
+    wait_until(lambda: topic_length(stack, topic) >= 50, 120, "the snapshot after the fix")
     keys = sorted(json.loads(r.key or b"")["id"] for r in read_topic(stack.kafka, topic))
     assert keys == list(range(1, 51))
 
@@ -145,7 +131,7 @@ def test_status_and_connector_config_and_slot_cleanup(
     connector.start()
     connector.wait_running()
     sql(stack, f"INSERT INTO {table} VALUES (1)")
-    wait_until(lambda: _count(stack, f"cdc.public.{table}") >= 1, 60, "the change")
+    wait_until(lambda: topic_length(stack, f"cdc.public.{table}") >= 1, 60, "the change")
 
     def cli(*args: str) -> str:
         return subprocess.run(
@@ -200,9 +186,9 @@ def test_replica_identity_full_gives_whole_before_images(
     )
     connector = connector_factory([f"public.{table}"], cdc_replica_identity_full=f"public.{table}")
     connector.start()
-    wait_until(lambda: _count(stack, topic) >= 1, 120, "the snapshot row")
+    wait_until(lambda: topic_length(stack, topic) >= 1, 120, "the snapshot row")
     sql(stack, f"UPDATE {table} SET qty = 2 WHERE id = 1", f"DELETE FROM {table} WHERE id = 1")
-    wait_until(lambda: _count(stack, topic) >= 4, 60, "the update, delete and tombstone")
-    update, delete = _changes(stack, topic)[1:3]
+    wait_until(lambda: topic_length(stack, topic) >= 4, 60, "the update, delete and tombstone")
+    update, delete = changes_on(stack, topic)[1:3]
     assert (update.op, update.before) == ("u", {"id": 1, "item": "pen", "qty": 1})
     assert (delete.op, delete.before) == ("d", {"id": 1, "item": "pen", "qty": 2})

@@ -8,18 +8,11 @@ from collections.abc import Callable
 import psycopg
 
 from connectors.changes import ChangeEvent
-from connectors.kafka import TopicAdmin
-from tests.integration.cdc.conftest import CdcProcess, sql
+from tests.integration.cdc.conftest import CdcProcess, changes_on, sql, topic_length
 from tests.integration.conftest import Endpoints
 from tests.integration.kafka_reading import read_topic, wait_until
 
 Factory = Callable[..., CdcProcess]
-
-
-def _topic_len(stack: Endpoints, topic: str) -> int:
-    if topic not in TopicAdmin(stack.kafka).topic_names():
-        return 0
-    return sum(TopicAdmin(stack.kafka).end_offsets(topic).values())
 
 
 def _apply_with_guard(changes: list[ChangeEvent]) -> tuple[dict[int, dict[str, object]], int]:
@@ -68,9 +61,9 @@ def test_kill9_mid_burst_loses_nothing_and_duplicates_are_guarded(
 
     writer = threading.Thread(target=burst)
     writer.start()
-    wait_until(lambda: _topic_len(stack, topic) >= 3000, 120, "the burst to be under way", 0.2)
+    wait_until(lambda: topic_length(stack, topic) >= 3000, 120, "the burst to be under way", 0.2)
     connector.kill9()
-    delivered_before_kill = _topic_len(stack, topic)
+    delivered_before_kill = topic_length(stack, topic)
     writer.join()
     assert delivered_before_kill < total, "the kill must land mid-burst"
 
@@ -81,10 +74,7 @@ def test_kill9_mid_burst_loses_nothing_and_duplicates_are_guarded(
         "every row after the restart",
         2,
     )
-    changes = [
-        ChangeEvent.from_kafka(topic, r.key, r.value, r.headers)
-        for r in read_topic(stack.kafka, topic)
-    ]
+    changes = changes_on(stack, topic)
     rows, removed = _apply_with_guard(changes)
     assert rows == _table_rows(stack, table)  # 0 lost
     assert len(changes) - removed == total  # every duplicate was at or below a delivered position
@@ -107,7 +97,7 @@ def test_incremental_snapshot_delivers_every_row_while_streaming(
     connector = connector_factory([f"public.{table}"], cdc_snapshot_mode="no_data")
     connector.start()
     connector.wait_running()
-    assert _topic_len(stack, topic) == 0  # no initial snapshot in this mode
+    assert topic_length(stack, topic) == 0  # no initial snapshot in this mode
 
     stop = threading.Event()
 
@@ -139,8 +129,7 @@ def test_incremental_snapshot_delivers_every_row_while_streaming(
         assert "incremental snapshot" in result.stdout
 
         def snapshot_done() -> bool:
-            records = read_topic(stack.kafka, topic)
-            changes = [ChangeEvent.from_kafka(topic, r.key, r.value, r.headers) for r in records]
+            changes = changes_on(stack, topic)
             return len({int(c.key["id"]) for c in changes if c.op == "r"}) >= 2500
 
         wait_until(snapshot_done, 240, "the incremental snapshot", 2)
@@ -150,17 +139,11 @@ def test_incremental_snapshot_delivers_every_row_while_streaming(
     expected = _table_rows(stack, table)
 
     def converged() -> bool:
-        changes = [
-            ChangeEvent.from_kafka(topic, r.key, r.value, r.headers)
-            for r in read_topic(stack.kafka, topic)
-        ]
+        changes = changes_on(stack, topic)
         return _apply_with_guard(changes)[0] == expected
 
     wait_until(converged, 120, "the topic to hold every row of the table", 2)
-    changes = [
-        ChangeEvent.from_kafka(topic, r.key, r.value, r.headers)
-        for r in read_topic(stack.kafka, topic)
-    ]
+    changes = changes_on(stack, topic)
     snapshot_keys = {int(c.key["id"]) for c in changes if c.op == "r"}
     streamed_keys = {int(c.key["id"]) for c in changes if c.op in ("c", "u")}
     assert snapshot_keys | streamed_keys >= set(expected)
