@@ -44,8 +44,10 @@ lint: setup
 demo: setup
 	$(BIN)/tributary demo
 
+# Not part of the tests: each prints its figures as ratios to a baseline measured in the same run.
 bench: setup
-	@ls bench/*.py >/dev/null 2>&1 && for b in bench/*.py; do $(BIN)/python $$b; done || echo "no benchmarks yet"
+	$(BIN)/python -m pip install -q -e ".[dev,bench]"
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
 	-$(BIN)/tributary down --purge
