@@ -7,7 +7,6 @@ batch in hand, commits its offset and returns, so a restart re-delivers nothing.
 so the restart resumes at or before the first unacknowledged change.
 """
 
-import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,8 +23,6 @@ from connectors.avro import SCHEMAS_TOPIC
 from connectors.debezium import DebeziumPostgresConfig
 from connectors.kafka.config import KafkaConfig
 from connectors.kafka.topics import TopicSpec, history_topic, state_topic
-
-log = logging.getLogger(__name__)
 
 LOG4J = """\
 rootLogger.level=INFO
@@ -59,9 +56,6 @@ class ConnectorRuntime:
     log_dir: Path
     topic_partitions: int = 1
 
-    def offsets_file(self, name: str) -> Path:
-        return self.state_dir / f"{name}.offsets"
-
     def status_file(self, name: str) -> Path:
         return self.state_dir / f"{name}.status.json"
 
@@ -79,7 +73,6 @@ class CdcConnector:
         self.status = ConnectorStatus(config.name)
         self.status_file = StatusFile(runtime.status_file(config.name))
         self._kafka = kafka
-        self._engine: object | None = None
         self._failure: BaseException | None = None
 
     def _jvm_opts(self) -> list[str]:
@@ -109,7 +102,6 @@ class CdcConnector:
         engine = DebeziumJsonEngine(
             properties=self.config.embedded_properties(), handler=handler, jvm_opts=self._jvm_opts()
         )
-        self._engine = engine
         self.status_file.write(self.status)
 
         def work() -> None:
