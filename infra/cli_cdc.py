@@ -5,12 +5,11 @@ import signal
 import sys
 import threading
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from cdc.connector import CdcConnector, ConnectorRuntime
 from cdc.signals import ensure_signal_table, request_incremental_snapshot
 from cdc.slots import set_replica_identity_full, slot_info
 from cdc.status import StatusFile
@@ -18,8 +17,14 @@ from infra.cli_app import JsonFlag, app, console, fail, settings
 from infra.settings import Settings
 from infra.stack.process import is_alive
 
+if TYPE_CHECKING:
+    from cdc.connector import ConnectorRuntime
 
-def cdc_runtime(s: Settings) -> ConnectorRuntime:
+
+def cdc_runtime(s: Settings) -> "ConnectorRuntime":
+    # Imported here: the engine's modules (JPype) are only needed by the commands that use them.
+    from cdc.connector import ConnectorRuntime
+
     return ConnectorRuntime(
         state_dir=s.cdc_state_dir.resolve(),
         log_dir=(s.home / "logs").resolve(),
@@ -29,6 +34,8 @@ def cdc_runtime(s: Settings) -> ConnectorRuntime:
 
 def run_cdc(s: Settings) -> None:
     """Run the connector in this process until SIGTERM/SIGINT (finish the batch, commit, exit)."""
+    from cdc.connector import CdcConnector
+
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
