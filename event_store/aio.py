@@ -163,16 +163,5 @@ class AsyncEventStore:
             raise StorageError(f"event store statement failed: {exc}", exc.sqlstate) from exc
 
     def _recorded(self, row: Any) -> RecordedEvent:
-        event = RecordedEvent(
-            event_id=row[0],
-            stream_id=row[1],
-            stream_type=row[2],
-            version=row[3],
-            event_type=row[4],
-            schema_version=row[5],
-            data=row[6],
-            metadata=row[7],
-            recorded_at=row[8],
-            position=Position(row[9], row[10]),
-        )
+        event = RecordedEvent.from_columns(row[:11])
         return event if self.upcasters is None else self.upcasters.upcast(event)

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, select
 from event_store.aggregate import Aggregate
 from event_store.command import Accepted, Command, CommandResult, Rejected, result_from_json
 from event_store.errors import CommandRejected, ConcurrencyError, EventStoreError, StorageError
-from event_store.event import Position, RecordedEvent
+from event_store.event import RecordedEvent
 from event_store.registry import CommandRegistry, HandlerContext, Route
 from event_store.snapshots import SnapshotPolicy, SnapshotStore
 from event_store.store import EventStore
@@ -237,18 +237,7 @@ class CommandBus:
         for row in rows:
             if row[2] is None:  # the stream has no events after the snapshot
                 continue
-            recorded = RecordedEvent(
-                event_id=row[2],
-                stream_id=stream_id,
-                stream_type=row[3],
-                version=row[4],
-                event_type=row[5],
-                schema_version=row[6],
-                data=row[7],
-                metadata=row[8],
-                recorded_at=row[9],
-                position=Position(row[10], row[11]),
-            )
+            recorded = RecordedEvent.from_columns((row[2], stream_id, *row[3:12]))
             events.append(recorded if upcasters is None else upcasters.upcast(recorded))
         aggregate.replay(self.registry.codec.decode(e) for e in events)
         return None, aggregate

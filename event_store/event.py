@@ -13,6 +13,7 @@ reads back is a :class:`RecordedEvent`, which adds the stream, version and globa
 """
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
@@ -86,6 +87,49 @@ class RecordedEvent:
     metadata: JsonObject
     recorded_at: datetime
     position: Position
+
+    COLUMNS: ClassVar[tuple[str, ...]] = (
+        "event_id",
+        "stream_id",
+        "stream_type",
+        "version",
+        "event_type",
+        "schema_version",
+        "data",
+        "metadata",
+        "recorded_at",
+        "transaction_id",
+        "position",
+    )
+
+    @classmethod
+    def from_columns(cls, values: Sequence[Any]) -> "RecordedEvent":
+        """Build from the events table's columns in :attr:`COLUMNS` order."""
+        (
+            event_id,
+            stream_id,
+            stream_type,
+            version,
+            event_type,
+            schema_version,
+            data,
+            metadata,
+            recorded_at,
+            transaction_id,
+            position,
+        ) = values
+        return cls(
+            event_id=event_id,
+            stream_id=stream_id,
+            stream_type=stream_type,
+            version=version,
+            event_type=event_type,
+            schema_version=schema_version,
+            data=data,
+            metadata=metadata,
+            recorded_at=recorded_at,
+            position=Position(transaction_id, position),
+        )
 
 
 class EventRegistry:

@@ -296,16 +296,5 @@ class EventStore:
 
     def _recorded(self, row: Row[Any]) -> RecordedEvent:
         m = row._mapping
-        event = RecordedEvent(
-            event_id=m["event_id"],
-            stream_id=m["stream_id"],
-            stream_type=m["stream_type"],
-            version=m["version"],
-            event_type=m["event_type"],
-            schema_version=m["schema_version"],
-            data=m["data"],
-            metadata=m["metadata"],
-            recorded_at=m["recorded_at"],
-            position=Position(m["transaction_id"], m["position"]),
-        )
+        event = RecordedEvent.from_columns([m[c] for c in RecordedEvent.COLUMNS])
         return event if self.upcasters is None else self.upcasters.upcast(event)
