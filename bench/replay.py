@@ -42,6 +42,20 @@ TOPIC = "cdc.public.bench"
 PLAIN_CONSUMER: dict[str, ClientValue] = {"group.id": "bench-plain", "enable.auto.commit": False}
 
 
+def _envelope(op: str, before: object, after: object, lsn: int) -> bytes:
+    """A Debezium envelope as the connector writes it (schemas disabled)."""
+    source = {
+        "lsn": lsn,
+        "txId": lsn,
+        "ts_ms": 0,
+        "schema": "public",
+        "table": "bench",
+        "snapshot": "false",
+    }
+    value = {"before": before, "after": after, "op": op, "source": source, "ts_ms": 0}
+    return json.dumps(value).encode()
+
+
 def fill(kafka: KafkaConfig, records: int, keys: int, partitions: int) -> int:
     """Inserts, updates and deletes (with tombstones) of ``keys`` rows, ``records`` in all."""
     TopicAdmin(kafka).ensure(state_topic(TOPIC, partitions))
@@ -64,21 +78,7 @@ def fill(kafka: KafkaConfig, records: int, keys: int, partitions: int) -> int:
         key = json.dumps({"id": row_id}).encode()
         if row_id in live and rng.random() < 0.1 and sent + 2 <= records:
             before = {"id": row_id, "name": f"n{live[row_id]}", "qty": live[row_id]}
-            value = {
-                "before": before,
-                "after": None,
-                "op": "d",
-                "source": {
-                    "lsn": lsn,
-                    "txId": lsn,
-                    "ts_ms": 0,
-                    "schema": "public",
-                    "table": "bench",
-                    "snapshot": "false",
-                },
-                "ts_ms": 0,
-            }
-            producer.produce(TOPIC, key=key, value=json.dumps(value).encode())
+            producer.produce(TOPIC, key=key, value=_envelope("d", before, None, lsn))
             producer.produce(TOPIC, key=key, value=None, headers=[("lsn", str(lsn).encode())])
             del live[row_id]
             sent += 2
@@ -91,21 +91,7 @@ def fill(kafka: KafkaConfig, records: int, keys: int, partitions: int) -> int:
                 "qty": live[row_id],
                 "note": "x" * 60,
             }
-            value = {
-                "before": None,
-                "after": after,
-                "op": op,
-                "source": {
-                    "lsn": lsn,
-                    "txId": lsn,
-                    "ts_ms": 0,
-                    "schema": "public",
-                    "table": "bench",
-                    "snapshot": "false",
-                },
-                "ts_ms": 0,
-            }
-            producer.produce(TOPIC, key=key, value=json.dumps(value).encode())
+            producer.produce(TOPIC, key=key, value=_envelope(op, None, after, lsn))
             sent += 1
         producer.poll(0)
     assert producer.flush(60) == 0
