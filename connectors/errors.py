@@ -17,3 +17,21 @@ class KafkaError(ConnectorError):
 
 class TopicConfigMismatchError(KafkaError):
     """An existing topic differs from the spec Tributary needs."""
+
+
+class StoreError(ConnectorError):
+    """A view store refused or failed a request (the batch is retried when the job restarts)."""
+
+
+class StoreUnavailableError(StoreError):
+    """A view store cannot be reached (readers answer 503, never a wrong answer)."""
+
+
+class LedgerGapError(StoreError):
+    """A batch starts past the offsets the store reached: the records in between were never
+    applied. The view job restarts its query from the store's offsets."""
+
+
+class StaleGenerationError(StoreError):
+    """The view was rebuilt and swapped while this job ran: restart the job to follow the new
+    generation (``tributary run views`` restarts it by itself)."""

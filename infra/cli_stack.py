@@ -104,8 +104,8 @@ def runtime_rows(s: Settings) -> list[dict[str, object]]:
             rows.append(
                 {
                     "name": f"view:{view.view}",
-                    "state": "caught up" if view.lag == 0 else "behind",
-                    "endpoint": view.generation,
+                    "state": view.error or ("caught up" if view.lag == 0 else "behind"),
+                    "endpoint": f"{view.store} ({view.generation or 'not run yet'})",
                     "pid": None,
                     "position": f"batch {view.batch_id}",
                     "detail": f"lag {view.lag}, offsets {view.offsets}",

@@ -34,10 +34,14 @@ def views_config(s: Settings) -> ViewsConfig:
         views_schema=s.views_schema,
         checkpoint_root=(s.view_checkpoint_dir or s.home / "checkpoints").resolve(),
         mirror_tables=tuple(t.strip() for t in s.mirror_tables.split(",") if t.strip()),
-        topic_prefix=str(getattr(s, "cdc_topic_prefix", "cdc")),
+        topic_prefix=s.cdc_topic_prefix,
         max_offsets_per_trigger=s.view_max_offsets_per_trigger,
+        replay_max_offsets_per_trigger=s.view_replay_max_offsets_per_trigger,
         trigger_interval_s=s.view_trigger_interval_s,
         spark_master=s.spark_master,
+        redis_url=s.cache_url,
+        index_root=(s.index_dir or s.home / "indexes").resolve(),
+        view_factories=tuple(f.strip() for f in s.views.split(",") if f.strip()),
     )
 
 
@@ -57,6 +61,7 @@ def run_views(s: Settings, stop: threading.Event, names: list[str] | None = None
     if not specs:
         raise TributaryError(
             "no views configured: set TRIBUTARY_MIRROR_TABLES (e.g. public.users,public.posts)"
+            " or TRIBUTARY_VIEWS (module:function of a view factory)"
         )
     spark = _spark(s, config)
     try:
@@ -68,8 +73,7 @@ def run_views(s: Settings, stop: threading.Event, names: list[str] | None = None
 def views_status(s: Settings) -> list[ViewStatus]:
     """Each configured view's generation, batch id, offsets and lag."""
     config = views_config(s)
-    specs = list(configured_views(config).values())
-    return view_statuses(specs, config.kafka, config.postgres_dsn, config.views_schema)
+    return view_statuses(list(configured_views(config).values()), config.kafka)
 
 
 @app.command("run-views")
@@ -113,7 +117,9 @@ def replay(
             def advance(report: BatchReport) -> None:
                 progress.update(task, advance=report.records)
 
-            result = replay_view(spark, spec, config.kafka, config.job_options(), on_batch=advance)
+            result = replay_view(
+                spark, spec, config.kafka, config.job_options(replay=True), on_batch=advance
+            )
             progress.update(task, completed=total)
         spark.stop()
     except TributaryError as exc:
@@ -134,10 +140,15 @@ def views_command(as_json: JsonFlag = False) -> None:
     if as_json:
         sys.stdout.write(json.dumps([st.as_dict() for st in statuses]) + "\n")
         return
-    table = Table("view", "generation", "batch", "offsets", "lag")
+    table = Table("view", "store", "generation", "batch", "offsets", "lag")
     for st in statuses:
         table.add_row(
-            st.view, st.generation or "-", str(st.batch_id), json.dumps(st.offsets), str(st.lag)
+            st.view,
+            st.store if st.error is None else f"[red]{st.error}[/]",
+            st.generation or "-",
+            str(st.batch_id),
+            json.dumps(st.offsets),
+            str(st.lag),
         )
     console.print(table)
 

@@ -186,7 +186,18 @@ class Settings(BaseSettings):
     view_max_offsets_per_trigger: int | None = Field(
         50_000, description="Most offsets one micro-batch of a view reads (maxOffsetsPerTrigger)."
     )
+    view_replay_max_offsets_per_trigger: int | None = Field(
+        500_000, description="Most offsets one micro-batch of a replay reads."
+    )
     view_trigger_interval_s: float = Field(1.0, description="Micro-batch interval of views.")
+    views: str = Field(
+        "",
+        description="View factories (module:function, comma-separated) whose views run beside"
+        " the mirrors.",
+    )
+    index_dir: Path | None = Field(
+        None, description="Folder of the search indexes (default <home>/indexes)."
+    )
     spark_driver_memory: str = Field("1g", description="Memory of the views' Spark driver.")
 
 

@@ -1,104 +1,242 @@
 """The mirror view: the latest row per primary key of a CDC topic; deletes remove the row.
 
-:func:`decode_change` turns a Kafka record into a :class:`ChangeEvent`; :class:`MirrorProjection`
-folds one batch of changes into at most one :class:`MirrorWrite` per key. The fold drops stale
-changes (position at or below the key's last in the batch); the sink drops writes at or below the
-position it already holds, so re-sent records change nothing.
+:func:`fold_changes` folds one Kafka partition's Debezium records, columnar (``pyarrow.json``
+parses the envelopes, ``group_by`` folds per key), into one write per key: the newest change by
+position (LSN) wins; the positions of the key's live changes since its last insert in the batch
+are kept, so the store can count exactly how many changes built each row. Records that are not
+Debezium changes become rejections with the reason. Only the winning envelope's text travels
+on; the store reads the row from its ``after`` member.
+
+:func:`mirror_table` turns the source table's catalog into the mirror's typed layout: each
+column keeps its SQL type, and says how Debezium encoded its values in JSON (with this
+project's connector settings: ``decimal.handling.mode=string``,
+``time.precision.mode=adaptive_time_microseconds``, bytes as base64).
 """
 
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
-from connectors.changes import ChangeEvent, Row
-from projections.errors import RecordRejectedError
-from projections.positions import PositionGuard, key_id
-from projections.view import KafkaRecord
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+from connectors.postgres import SourceColumn
+from connectors.stores.pg_tables import Encoding, TypedColumn, TypedTable
+from projections.folding import (
+    emit,
+    folded_batch,
+    header_values,
+    parse_json,
+    records_table,
+    rejections,
+)
+
+ROWS = "rows"
+_OPS = {"c", "u", "d", "r"}
+
+ENVELOPE = pa.schema(
+    [
+        ("op", pa.string()),
+        ("after", pa.struct([])),
+        ("source", pa.struct([("lsn", pa.int64()), ("sequence", pa.string())])),
+    ]
+)
+KEY = pa.schema([])
 
 
-def decode_change(record: KafkaRecord) -> ChangeEvent:
-    """Decode a Debezium record; raises ``ChangeDecodeError`` for anything else."""
-    return ChangeEvent.from_kafka(record.topic, record.key, record.value, record.headers)
+def fold_changes(
+    batches: Iterable[pa.RecordBatch], collection: str = ROWS
+) -> Iterator[pa.RecordBatch]:
+    """One partition's Debezium records -> one folded row per key, plus rejections."""
+    table = records_table(batches)
+    n = table.num_rows
+    if n == 0:
+        return
+    changes = decode_changes(table)
+    reasons = changes.reasons
+    usable = np.array([i not in reasons for i in range(n)]) & ~np.isnan(changes.position)
+    yield from emit([_fold(table, changes, usable, collection), rejections(table, reasons)])
 
 
 @dataclass
-class MirrorWrite:
-    """The net effect of one batch on one key.
+class DecodedChanges:
+    """Per record: position (NaN: none), op, tombstone flag, and why a record is rejected."""
 
-    ``row`` is the row to hold (None: delete the key). ``position`` is the last change's LSN.
-    ``applied`` are the positions of the changes that built the current row in this batch, and
-    ``fresh`` says the row was (re)created in this batch, so its applied-count restarts.
-    """
-
-    key: Row
-    row: Row | None
-    position: int
-    fresh: bool = False
-    applied: list[int] = field(default_factory=list)
-
-    @property
-    def is_delete(self) -> bool:
-        return self.row is None
+    position: np.ndarray
+    op: list[str | None]
+    tombstone: np.ndarray
+    reasons: dict[int, str]
 
 
-class MirrorProjection:
-    """Folds a batch of changes (in log order) into one write per key."""
+def decode_changes(table: pa.Table) -> DecodedChanges:
+    """Decode keys and envelopes of a partition's records (columnar, with a slow path that
+    names each bad record)."""
+    n = table.num_rows
+    keys = table.column("key").combine_chunks()
+    values = table.column("value").combine_chunks()
+    reasons: dict[int, str] = {}
+    for row in map(int, np.flatnonzero(~pc.is_valid(keys).to_numpy(zero_copy_only=False))):
+        reasons[row] = "change without a key (tables need a primary key)"
+    _, bad_keys = parse_json(keys, KEY)
+    for index, reason in bad_keys.items():
+        reasons.setdefault(index, f"key {reason}")
+    parsed, bad_values = parse_json(values, ENVELOPE)
+    for index, reason in bad_values.items():
+        reasons.setdefault(index, f"value {reason}")
+    tombstone = ~pc.is_valid(values).to_numpy(zero_copy_only=False)
+    position = np.full(n, np.nan)
+    ops: list[str | None] = [None] * n
+    if parsed is not None:
+        ops = parsed.column("op").to_pylist()
+        source = parsed.column("source").combine_chunks()
+        lsn = source.field("lsn").to_numpy(zero_copy_only=False)
+        position = np.where(np.isnan(lsn.astype(float)), np.nan, lsn).astype(float)
+        sequences = source.field("sequence").to_pylist()
+        after_ok = pc.is_valid(parsed.column("after")).to_numpy(zero_copy_only=False)
+        for index in range(n):
+            if tombstone[index] or index in reasons:
+                continue
+            if np.isnan(position[index]) and sequences[index] is not None:
+                position[index] = _sequence_position(sequences[index])
+            op = ops[index]
+            if op not in _OPS:
+                if op in ("t", "m"):
+                    reasons[index] = f"op {op!r} does not change a row; cannot mirror it"
+                else:
+                    reasons[index] = f"envelope has no valid op (got {op!r})"
+            elif np.isnan(position[index]):
+                reasons[index] = "envelope has no source.lsn"
+            elif op != "d" and not after_ok[index]:
+                reasons[index] = f"op {op!r} without an 'after' row object"
+    if tombstone.any():
+        lsn_header = header_values(table.column("headers"), "lsn").to_pylist()
+        for row in map(int, np.flatnonzero(tombstone)):
+            text = lsn_header[row]
+            if text is not None and text.isdigit():
+                position[row] = float(int(text))
+    return DecodedChanges(position, ops, tombstone, reasons)
 
-    def __call__(
-        self,
-        items: Sequence[tuple[KafkaRecord, ChangeEvent]],
-        reject: Callable[[KafkaRecord, BaseException], None],
-    ) -> list[MirrorWrite]:
-        guard = PositionGuard()
-        writes: dict[Hashable, MirrorWrite] = {}
-        for record, change in items:
-            try:
-                self._fold(writes, guard, change)
-            except RecordRejectedError as exc:
-                reject(record, exc)
-        return list(writes.values())
 
-    def _fold(
-        self, writes: dict[Hashable, MirrorWrite], guard: PositionGuard, change: ChangeEvent
-    ) -> None:
-        if change.is_tombstone and change.source is None:
-            return  # a tombstone without position only confirms a delete already seen
-        position = change.position
-        kid = _key_identity(change.key)
-        # A tombstone repeats its delete's LSN, so the guard drops it after that delete.
-        if not guard.admit(kid, position):
-            return
-        if change.is_delete:
-            writes[kid] = MirrorWrite(change.key, None, position, fresh=False, applied=[])
-            return
-        row = _checked_row(change)
-        previous = writes.get(kid)
-        if change.op in ("c", "r") or (previous is not None and previous.is_delete):
-            writes[kid] = MirrorWrite(change.key, row, position, fresh=True, applied=[position])
-        elif previous is None:
-            writes[kid] = MirrorWrite(change.key, row, position, fresh=False, applied=[position])
-        else:
-            previous.row, previous.position = row, position
-            previous.applied.append(position)
-
-
-def _key_identity(key: Row) -> Hashable:
-    """A hashable identity of a key: its sorted items, or its canonical JSON for nested values."""
+def _sequence_position(sequence: str) -> float:
+    """Incremental-snapshot reads carry no LSN: the larger LSN of ``source.sequence``."""
     try:
-        identity = tuple(sorted(key.items()))
-        hash(identity)
-    except TypeError:
-        return key_id(key)
-    return identity
+        items = json.loads(sequence)
+    except json.JSONDecodeError:
+        return np.nan
+    known = [int(x) for x in items if x is not None] if isinstance(items, list) else []
+    return float(max(known)) if known else np.nan
 
 
-def _checked_row(change: ChangeEvent) -> Row:
-    row: Any = change.after
-    if change.op not in ("c", "r", "u"):
-        raise RecordRejectedError(f"op {change.op!r} does not change a row; cannot mirror it")
-    if not isinstance(row, dict):
-        raise RecordRejectedError(f"op {change.op!r} without an 'after' row object")
-    missing = [column for column in change.key if column not in row]
-    if missing:
-        raise RecordRejectedError(f"'after' lacks the key column(s) {missing}")
-    return row
+def _fold(
+    table: pa.Table, changes: DecodedChanges, usable: np.ndarray, collection: str
+) -> pa.RecordBatch | None:
+    rows = np.flatnonzero(usable)
+    if rows.size == 0:
+        return None
+    take = pa.array(rows)
+    position = changes.position[rows].astype(np.int64)
+    ops = [changes.op[i] for i in rows]
+    deleted = changes.tombstone[rows] | np.array([op == "d" for op in ops])
+    created = np.array([op in ("c", "r") for op in ops]) & ~deleted
+    frame = pa.table(
+        {
+            "k": table.column("key").take(take).cast(pa.string()),
+            "pos": position,
+            "offset": table.column("offset").take(take),
+            "row": rows,
+            "created": pa.array(np.where(created, position, 0), mask=~created),
+            "live": pa.array(np.where(deleted, 0, position), mask=deleted),
+        }
+    ).sort_by([("pos", "ascending"), ("offset", "ascending")])
+    folded = frame.group_by("k", use_threads=False).aggregate(
+        [("pos", "max"), ("row", "last"), ("created", "max"), ("live", "distinct")]
+    )
+    winner = folded.column("row_last").combine_chunks()
+    winner_np = winner.to_numpy(zero_copy_only=False)
+    gone = changes.tombstone[winner_np] | np.array(
+        [changes.op[i] == "d" for i in winner_np], dtype=bool
+    )
+    created_at = folded.column("created_max").combine_chunks()
+    since = pc.fill_null(created_at, -1).to_numpy(zero_copy_only=False)
+    positions = _changes_since(folded.column("live_distinct").combine_chunks(), since)
+    fields = table.column("value").take(winner).cast(pa.string())
+    fields = pc.if_else(pa.array(gone), pa.scalar(None, pa.string()), fields)
+    n = folded.num_rows
+    return folded_batch(
+        {
+            "collection": [collection] * n,
+            "key": folded.column("k"),
+            "position": folded.column("pos_max"),
+            "deleted": pa.array(gone),
+            "fields": fields,
+            "member": pc.if_else(pa.array(gone), pa.scalar(None, pa.string()), "after"),
+            "changes": positions,
+            "fresh": pc.is_valid(created_at),
+            "topic": table.column("topic").take(winner),
+            "partition": table.column("partition").take(winner),
+            "offset": table.column("offset").take(winner),
+        },
+        n,
+    )
+
+
+def _changes_since(lists: pa.ListArray, since: np.ndarray) -> pa.ListArray:
+    """Per key, its distinct live positions at or after ``since`` (its last insert), sorted."""
+    flat = pc.list_flatten(lists).to_numpy(zero_copy_only=False)
+    parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+    keep = flat >= since[parents]
+    flat, parents = flat[keep], parents[keep]
+    order = np.lexsort((flat, parents))
+    flat, parents = flat[order], parents[order]
+    counts = np.bincount(parents, minlength=len(lists))
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int64()))
+
+
+# -- the mirror's table, from the source's catalog ------------------------------------------
+
+
+def debezium_encoding(column: SourceColumn) -> Encoding:
+    """How Debezium's PostgreSQL connector writes this column's values in JSON (with
+    ``time.precision.mode=adaptive_time_microseconds``, ``decimal.handling.mode=string``,
+    ``interval.handling.mode=numeric``, ``binary.handling.mode=bytes``)."""
+    name = column.type_name
+    if column.category == "A":
+        return "json_array"
+    if name == "date":
+        return "epoch_days"
+    if name == "timestamp":
+        precision = 6 if column.precision is None else column.precision
+        return "epoch_millis" if precision <= 3 else "epoch_micros"
+    if name == "time":
+        return "micros_of_day"
+    if name == "interval":
+        return "micros_duration"
+    if name in ("json", "jsonb"):
+        return "json_text"
+    if name == "bytea":
+        return "base64"
+    return "json"
+
+
+def mirror_table(
+    table: str,
+    catalog: Callable[[], Sequence[SourceColumn]],
+    collection: str = ROWS,
+) -> TypedTable:
+    """The mirror's typed layout: the source's columns, types and primary key, read from the
+    source's catalog when the store first needs them, and again whenever a change carries a
+    column the mirror lacks."""
+
+    def layout() -> TypedTable:
+        columns = catalog()
+        return TypedTable(
+            collection=collection,
+            table=table,
+            columns=tuple(TypedColumn(c.name, c.sql_type, debezium_encoding(c)) for c in columns),
+            key=tuple(c.name for c in columns if c.primary_key),
+            refresh=layout,
+        )
+
+    return TypedTable(collection=collection, table=table, columns=(), key=(), refresh=layout)

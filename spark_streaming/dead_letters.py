@@ -1,10 +1,13 @@
-"""The dead-letter queue: records a view could not use go to ``<topic>.dlq`` with the reason in
-headers, and the view moves on.
+"""Dead letters: records a view could not use go to the view's own topic ``dlq.<view>`` with
+the reason in headers, and the view moves on.
 
-Headers added (original headers kept): ``tributary.error.reason``, ``tributary.error.class``,
-``tributary.error.stage`` (decode or project), ``tributary.view``, ``tributary.source.topic``,
-``tributary.source.partition``, ``tributary.source.offset``. Delivery is at-least-once: a batch
-retried after a crash sends its rejections again.
+One topic per view, so two views reading one topic never share an anonymous dead-letter queue.
+The record keeps its key, value and headers (a record the store refused carries the fields it
+could not write); added headers: ``tributary.error.reason``, ``tributary.error.stage``
+(``decode``: the fold refused it; ``write``: the store did), ``tributary.view``,
+``tributary.source.topic``, ``tributary.source.partition``, ``tributary.source.offset``.
+Dead letters are sent and flushed before the store commits the batch: at-least-once (a batch
+retried after a crash sends its dead letters again, with the same source coordinates).
 """
 
 from collections.abc import Sequence
@@ -12,46 +15,48 @@ from collections.abc import Sequence
 from confluent_kafka import Producer
 
 from connectors.kafka import KafkaConfig, TopicAdmin, history_topic
-from projections.view import Rejection
+from projections.view import DeadLetter
 from spark_streaming.errors import StreamingError
 
-DLQ_SUFFIX = ".dlq"
+DLQ_PREFIX = "dlq."
 REASON_HEADER = "tributary.error.reason"
 
 
-def dlq_topic(topic: str) -> str:
-    """The dead-letter topic of a topic."""
-    return topic + DLQ_SUFFIX
+def dlq_topic(view: str) -> str:
+    """The dead-letter topic of a view."""
+    return DLQ_PREFIX + view
 
 
-def error_headers(view: str, rejection: Rejection) -> list[tuple[str, bytes]]:
+def error_headers(view: str, letter: DeadLetter) -> list[tuple[str, str | bytes | None]]:
     """The headers that say why and where a record was rejected."""
-    record = rejection.record
     return [
-        (REASON_HEADER, rejection.reason.encode()),
-        ("tributary.error.class", type(rejection.error).__name__.encode()),
-        ("tributary.error.stage", rejection.stage.encode()),
+        (REASON_HEADER, letter.reason.encode()),
+        ("tributary.error.stage", letter.stage.encode()),
         ("tributary.view", view.encode()),
-        ("tributary.source.topic", record.topic.encode()),
-        ("tributary.source.partition", str(record.partition).encode()),
-        ("tributary.source.offset", str(record.offset).encode()),
+        ("tributary.source.topic", letter.topic.encode()),
+        ("tributary.source.partition", str(letter.partition).encode()),
+        ("tributary.source.offset", str(letter.offset).encode()),
     ]
 
 
 class DeadLetterQueue:
-    """Sends rejected records of one view to their topics' ``.dlq`` topics (created on demand)."""
+    """Sends one view's dead letters to ``dlq.<view>`` (created on first use)."""
 
     def __init__(self, kafka: KafkaConfig, view: str, timeout: float = 30.0) -> None:
         self.kafka = kafka
         self.view = view
+        self.topic = dlq_topic(view)
         self.timeout = timeout
         self._producer: Producer | None = None
-        self._ready: set[str] = set()
+        self._ready = False
 
-    def send(self, rejections: Sequence[Rejection]) -> None:
+    def send(self, letters: Sequence[DeadLetter]) -> None:
         """Produce and flush; raises :class:`StreamingError` if any record is not acknowledged."""
-        if not rejections:
+        if not letters:
             return
+        if not self._ready:
+            TopicAdmin(self.kafka).ensure(history_topic(self.topic))
+            self._ready = True
         if self._producer is None:
             self._producer = Producer(
                 self.kafka.client_properties(**{"enable.idempotence": True, "linger.ms": 5})
@@ -62,20 +67,17 @@ class DeadLetterQueue:
             if err is not None:
                 failures.append(str(err))
 
-        for rejection in rejections:
-            topic = dlq_topic(rejection.record.topic)
-            if topic not in self._ready:
-                TopicAdmin(self.kafka).ensure(history_topic(topic))
-                self._ready.add(topic)
-            record = rejection.record
-            headers: list[tuple[str, str | bytes | None]] = list(record.headers)
-            headers.extend(error_headers(self.view, rejection))
+        for letter in letters:
             self._producer.produce(
-                topic, key=record.key, value=record.value, headers=headers, on_delivery=delivered
+                self.topic,
+                key=letter.key,
+                value=letter.value,
+                headers=error_headers(self.view, letter),
+                on_delivery=delivered,
             )
         left = self._producer.flush(self.timeout)
         if failures or left:
             raise StreamingError(
-                f"view {self.view}: dead-letter delivery failed ({left} unsent, errors:"
-                f" {failures[:3]}); the batch is retried when the job restarts"
+                f"view {self.view}: dead-letter delivery to {self.topic} failed ({left} unsent,"
+                f" errors: {failures[:3]}); the batch is retried when the job restarts"
             )

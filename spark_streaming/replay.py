@@ -8,23 +8,16 @@ A live job still on the old generation stops at its next batch and restarts on t
 """
 
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from connectors.kafka import KafkaConfig, TopicAdmin
-from projections.mirror_target import new_generation
-from projections.view import ViewSpec
+from connectors.stores.base import CommitHooks, new_generation
+from projections.view import View
 from spark_streaming.errors import ReplayError
-from spark_streaming.view_job import (
-    BatchReport,
-    CommitHooks,
-    JobOptions,
-    ViewJob,
-)
-
-T = TypeVar("T")
-W = TypeVar("W")
+from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
 
 
 @dataclass(frozen=True)
@@ -37,6 +30,9 @@ class ReplayResult:
     records: int
     batches: int
     busy_s: float = 0.0  # time inside micro-batches (the rest is query start-up and waiting)
+    fold_s: float = 0.0  # reading and folding on the executors, to the driver
+    write_s: float = 0.0  # the store's applies
+    swap_s: float = 0.0
 
 
 def topic_records(kafka: KafkaConfig, topics: tuple[str, ...]) -> int:
@@ -47,7 +43,7 @@ def topic_records(kafka: KafkaConfig, topics: tuple[str, ...]) -> int:
 
 def replay(
     spark: Any,
-    spec: ViewSpec[T, W],
+    spec: View,
     kafka: KafkaConfig,
     options: JobOptions,
     *,
@@ -57,12 +53,15 @@ def replay(
     """Rebuild ``spec`` from offset zero and swap it in; raises :class:`ReplayError` on failure
     (the live view is then untouched). ``hooks`` reach the shadow sink (fault injection)."""
     generation = new_generation()
-    spec.target.prepare(generation)
+    spec.store.prepare(generation)
     totals = {"records": 0, "batches": 0}
+    times = {"fold": 0.0, "write": 0.0}
 
     def count(report: BatchReport) -> None:
         totals["records"] += report.records
         totals["batches"] += 1
+        times["fold"] += report.fold_s
+        times["write"] += report.write_s
         if on_batch is not None:
             on_batch(report)
 
@@ -94,22 +93,32 @@ def replay(
     except Exception as exc:
         if query is not None and query.isActive:
             query.stop()
-        job.sink_close()
-        spec.target.discard(generation)
+        job.close()
+        spec.store.discard(generation)
         shutil.rmtree(job.checkpoint, ignore_errors=True)
         if isinstance(exc, ReplayError):
             raise
         raise ReplayError(
             f"rebuild of {spec.name} failed, the live view is unchanged: {exc}"
         ) from exc
-    job.sink_close()
+    job.close()
+    began = time.perf_counter()
     try:
-        replaced = spec.target.swap_in(generation)
+        replaced = spec.store.swap_in(generation)
     except Exception as exc:
-        spec.target.discard(generation)
+        spec.store.discard(generation)
         raise ReplayError(f"swap of {spec.name} failed, the live view is unchanged: {exc}") from exc
+    swap_s = time.perf_counter() - began
     # The replaced generation's checkpoint stays until the live job restarts on the new
     # generation (it may still be running on it); ViewJob.start prunes it then.
     return ReplayResult(
-        spec.name, generation, replaced, totals["records"], totals["batches"], busy_s
+        spec.name,
+        generation,
+        replaced,
+        totals["records"],
+        totals["batches"],
+        busy_s,
+        times["fold"],
+        times["write"],
+        swap_s,
     )

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors.kafka import KafkaConfig
-from projections.view import ViewSpec
+from projections.view import View
 from spark_streaming.view_job import JobOptions, ViewJob
 
 
 @dataclass
 class _Running:
-    spec: ViewSpec[Any, Any]
-    job: ViewJob[Any, Any] | None = None
+    spec: View
+    job: ViewJob | None = None
     query: Any = None
     failures: int = 0
     restart_at: float = 0.0
@@ -29,7 +29,7 @@ class ViewRunner:
     def __init__(
         self,
         spark: Any,
-        specs: Sequence[ViewSpec[Any, Any]],
+        specs: Sequence[View],
         kafka: KafkaConfig,
         options: JobOptions,
         *,
@@ -46,8 +46,9 @@ class ViewRunner:
         self.views = [_Running(spec) for spec in specs]
 
     def _start(self, view: _Running) -> None:
+        view.started_at = 0.0
         try:
-            view.job = ViewJob(self.spark, view.spec, self.kafka, self.options)
+            view.job = ViewJob(self.spark, view.spec, self.kafka, self.options, log=self.log)
             view.query = view.job.start()
             view.started_at = time.monotonic()
             self.log(f"view {view.spec.name}: running generation {view.job.generation}")
@@ -56,9 +57,9 @@ class ViewRunner:
 
     def _failed(self, view: _Running, error: object) -> None:
         if view.job is not None:
-            view.job.sink_close()
+            view.job.close()
         view.job, view.query = None, None
-        if time.monotonic() - view.started_at > 5 * self.max_backoff_s:
+        if view.started_at and time.monotonic() - view.started_at > 5 * self.max_backoff_s:
             view.failures = 0  # it ran fine for a long time: start the backoff over
         delay = min(self.max_backoff_s, self.min_backoff_s * 2**view.failures)
         view.failures += 1
@@ -81,5 +82,5 @@ class ViewRunner:
                 if view.query is not None:
                     view.query.stop()
                 if view.job is not None:
-                    view.job.sink_close()
+                    view.job.close()
             self.log("views stopped")

@@ -1,24 +1,26 @@
-"""Where each view stands: live generation, last batch id, offsets, and lag behind the topics."""
+"""Where each view stands, as its store says: live generation, last batch, offsets, and the lag
+behind the true ends of its topics. Works for every store kind."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import psycopg
 
 from connectors.kafka import KafkaConfig, TopicAdmin
-from projections.ledger import ViewLedger, ViewPosition
-from projections.view import ViewSpec
+from projections.view import View
+from tributary.errors import TributaryError
 
 
 @dataclass(frozen=True)
 class ViewStatus:
-    """A view's position and how far it is behind the true ends of its topics."""
+    """A view's position (from its store's ledger) and how far it is behind its topics."""
 
     view: str
+    store: str
     generation: str | None
     batch_id: int
+    batches: int
     offsets: dict[str, dict[str, int]]
     ends: dict[str, dict[str, int]]
+    error: str | None = None
 
     @property
     def lag(self) -> int:
@@ -31,46 +33,46 @@ class ViewStatus:
     def as_dict(self) -> dict[str, object]:
         return {
             "view": self.view,
+            "store": self.store,
             "generation": self.generation,
             "batch_id": self.batch_id,
+            "batches": self.batches,
             "offsets": self.offsets,
             "end_offsets": self.ends,
             "lag": self.lag,
+            "error": self.error,
         }
 
 
-def view_statuses(
-    specs: list[ViewSpec[Any, Any]], kafka: KafkaConfig, dsn: str, views_schema: str
-) -> list[ViewStatus]:
-    """The status of each view (a view never run shows batch -1 and its whole topic as lag)."""
-    positions = _positions(dsn, views_schema)
+def view_statuses(views: Sequence[View], kafka: KafkaConfig) -> list[ViewStatus]:
+    """The status of each view (a view never run shows batch -1 and its whole topics as lag;
+    a store that cannot be reached shows the error)."""
     admin = TopicAdmin(kafka)
     existing = set(admin.topic_names())
     out = []
-    for spec in specs:
-        topics = [t for t in spec.topics if t in existing]
+    for view in views:
+        topics = [t for t in view.topics if t in existing]
         ends = {
             info.name: {str(p.partition): p.end_offset for p in info.partitions}
             for info in admin.describe(topics)
         }
-        position = positions.get(spec.name)
+        try:
+            generation = view.store.live_generation() if view.store.generations() else None
+            commit = None if generation is None else view.store.committed(generation)
+        except TributaryError as exc:
+            out.append(
+                ViewStatus(view.name, view.store.describe(), None, -1, 0, {}, ends, str(exc))
+            )
+            continue
         out.append(
             ViewStatus(
-                spec.name,
-                None if position is None else position.generation,
-                -1 if position is None else position.batch_id,
-                {} if position is None else position.offsets,
+                view.name,
+                view.store.describe(),
+                generation,
+                -1 if commit is None else commit.batch_id,
+                0 if commit is None else commit.batches,
+                {} if commit is None else commit.offsets,
                 ends,
             )
         )
     return out
-
-
-def _positions(dsn: str, views_schema: str) -> dict[str, ViewPosition]:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT to_regclass(%s)", (f'"{views_schema}"._view_batches',)
-        ).fetchone()
-        if row is None or row[0] is None:
-            return {}
-        return {p.view: p for p in ViewLedger(views_schema).positions(conn)}

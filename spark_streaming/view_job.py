@@ -1,34 +1,35 @@
-"""One streaming query per view: Kafka source -> foreachBatch(decode, project, sink).
+"""One streaming query per view: Kafka source -> fold on the executors -> the view's store.
 
-Each generation of a view has its own checkpoint (``<root>/<view>/<generation>``). The sink
-stores the batch id with the data in one transaction, so a batch Spark re-runs after a crash is
-skipped; rejected records go to the dead-letter queue before the sink commits.
+Each generation of a view has its own checkpoint (``<root>/<view>/<generation>``), but the
+store holds the truth: the query starts at the offsets the store committed (a checkpoint that
+disagrees is moved aside, see :mod:`spark_streaming.checkpoint`), and every micro-batch is
+checked against the store before it is applied - a batch the store already has is skipped, the
+records of a batch the store partly has are filtered out, a batch that would leave a gap is
+refused. In each micro-batch (``foreachBatch``):
+
+1. the batch's end offsets come from Spark's offset log, its start from the batch before;
+2. the view's fold runs on the executors; only folded rows come back to the driver (Arrow);
+3. dead letters (records the fold refused) go to ``dlq.<view>``;
+4. the store applies the writes with the batch's offsets in one atomic unit; writes the store
+   refuses go to ``dlq.<view>`` before it commits.
 """
 
-import pickle
 import shutil
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-import pyarrow as pa  # type: ignore[import-untyped]
-
+from connectors.errors import LedgerGapError
 from connectors.kafka import KafkaConfig
-from projections.view import (
-    Decoder,
-    KafkaRecord,
-    ProjectedBatch,
-    Projection,
-    ViewSpec,
-    merge_projected,
-    project_batch,
-)
+from connectors.stores.base import CommitHooks, StoreWriter
+from connectors.stores.model import Batch, Offsets, Rejected, covers, gaps, merge_offsets
+from projections.view import View, dead_letters_of, writes_from_folded
+from spark_streaming.checkpoint import CheckpointLog, Reconciliation, reconcile, starting_offsets
 from spark_streaming.dead_letters import DeadLetterQueue
+from spark_streaming.errors import StreamingError
 from spark_streaming.stream import kafka_stream
-
-T = TypeVar("T")
-W = TypeVar("W")
 
 
 @dataclass(frozen=True)
@@ -43,24 +44,19 @@ class JobOptions:
 
 
 @dataclass(frozen=True)
-class CommitHooks:
-    """Callbacks around the sink's commit, with the batch id (fault-injection points)."""
-
-    before_commit: Callable[[int], None] | None = None
-    after_commit: Callable[[int], None] | None = None
-
-
-@dataclass(frozen=True)
 class BatchReport:
-    """What one micro-batch did."""
+    """What one micro-batch did, and where its time went (seconds)."""
 
     view: str
     generation: str
     batch_id: int
-    records: int
-    rejected: int
-    applied: bool
+    records: int  # offsets the batch spans
+    folded: int  # folded rows that reached the driver
+    rejected: int  # dead letters
+    applied: bool  # False: the store already had the batch
     offsets: dict[str, dict[str, int]]
+    fold_s: float = 0.0  # source read + fold on the executors + transfer to the driver
+    write_s: float = 0.0  # the store's atomic apply (with the materializer)
 
 
 def checkpoint_dir(root: Path, view: str, generation: str) -> Path:
@@ -68,58 +64,36 @@ def checkpoint_dir(root: Path, view: str, generation: str) -> Path:
     return root / view / generation
 
 
-def records_from_arrow(table: pa.Table) -> list[KafkaRecord]:
-    """Kafka records from the Arrow form of a batch of the Kafka source."""
-    if table.num_rows == 0:
-        return []
-    stamps = table.column("timestamp").cast(pa.int64()).to_pylist()
-    headers = [
-        () if hs is None else tuple((h["key"], h["value"]) for h in hs)
-        for hs in table.column("headers").to_pylist()
-    ]
-    return list(
-        map(
-            KafkaRecord,
-            table.column("topic").to_pylist(),
-            table.column("partition").to_pylist(),
-            table.column("offset").to_pylist(),
-            table.column("key").to_pylist(),
-            table.column("value").to_pylist(),
-            headers,
-            [None if ts is None else ts // 1000 for ts in stamps],
-        )
+def span(start: Offsets, end: Offsets) -> int:
+    """Offsets between two positions of a batch."""
+    return sum(
+        max(0, offset - start.get(topic, {}).get(partition, 0))
+        for topic, parts in end.items()
+        for partition, offset in parts.items()
     )
 
 
-PROJECTED_COLUMN = "projected binary"
-_PROJECTED_SCHEMA = pa.schema([pa.field("projected", pa.binary())])
+def below_filter(committed: Offsets, start: Offsets) -> str | None:
+    """A Spark SQL condition keeping only records past ``committed`` (None: nothing to drop)."""
+    clauses = []
+    for topic, parts in committed.items():
+        for partition, offset in parts.items():
+            if start.get(topic, {}).get(partition, -1) < offset:
+                quoted = topic.replace("'", "''")
+                clauses.append(
+                    f"(topic = '{quoted}' AND partition = {int(partition)}"
+                    f" AND offset < {int(offset)})"
+                )
+    return None if not clauses else "NOT (" + " OR ".join(clauses) + ")"
 
 
-def partition_projector(
-    decoder: Decoder[T], projection: Projection[T, W]
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A ``mapInArrow`` function: one partition's records in, its pickled
-    :class:`ProjectedBatch` out (one row)."""
-
-    def project_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        chunks = list(batches)
-        records = records_from_arrow(pa.Table.from_batches(chunks)) if chunks else []
-        projected = project_batch(records, decoder, projection)
-        payload = pickle.dumps(projected, protocol=pickle.HIGHEST_PROTOCOL)
-        yield pa.RecordBatch.from_arrays(
-            [pa.array([payload], pa.binary())], schema=_PROJECTED_SCHEMA
-        )
-
-    return project_partition
-
-
-class ViewJob(Generic[T, W]):
+class ViewJob:
     """Runs one generation of one view as a streaming query."""
 
     def __init__(
         self,
         spark: Any,
-        spec: ViewSpec[T, W],
+        view: View,
         kafka: KafkaConfig,
         options: JobOptions,
         *,
@@ -127,62 +101,73 @@ class ViewJob(Generic[T, W]):
         live: bool = True,
         hooks: CommitHooks | None = None,
         on_batch: Callable[[BatchReport], None] | None = None,
+        log: Callable[[str], None] | None = None,
     ) -> None:
         self.spark = spark
-        self.spec = spec
+        self.view = view
         self.kafka = kafka
         self.options = options
         self.live = live
-        self.generation = generation or spec.target.live_generation()
-        hooks = hooks or CommitHooks()
-        self.sink = spec.target.sink(
-            self.generation,
-            live=live,
-            before_commit=hooks.before_commit,
-            after_commit=hooks.after_commit,
-        )
-        self.dead_letters = DeadLetterQueue(kafka, spec.name)
+        self.generation = generation or view.store.live_generation()
+        self.writer: StoreWriter = view.store.writer(self.generation, live=live, hooks=hooks)
+        self.dead_letters = DeadLetterQueue(kafka, view.name)
         self.on_batch = on_batch
+        self.log = log or (lambda _line: None)
+        self.reconciliation: Reconciliation | None = None
+        self._committed: Offsets = {}
+        self._initial: Offsets = {}
 
     @property
     def checkpoint(self) -> Path:
-        return checkpoint_dir(self.options.checkpoint_root, self.spec.name, self.generation)
+        return checkpoint_dir(self.options.checkpoint_root, self.view.name, self.generation)
 
-    def source_options(self) -> dict[str, str]:
+    def source_options(self, starting: str) -> dict[str, str]:
         opts = {
             "kafka.bootstrap.servers": self.kafka.bootstrap_servers,
-            "subscribe": ",".join(self.spec.topics),
-            "startingOffsets": "earliest",
+            "subscribe": ",".join(self.view.topics),
+            "startingOffsets": starting,
             "failOnDataLoss": str(self.options.fail_on_data_loss).lower(),
         }
         opts.update({f"kafka.{k}": v for k, v in self.kafka.extra.items()})
         if self.options.max_offsets_per_trigger is not None:
             opts["maxOffsetsPerTrigger"] = str(self.options.max_offsets_per_trigger)
+        opts.update(self.view.options)
         opts.update(self.options.extra_source_options)
         return opts
 
     def prune_checkpoints(self) -> list[Path]:
-        """Remove the checkpoints of retired generations (replaced by a replay) of this view."""
+        """Remove checkpoints of retired generations (replaced by a replay) and all but the
+        newest checkpoint moved aside by a reconciliation."""
         folder = self.checkpoint.parent
         if not folder.is_dir():
             return []
-        in_use = self.spec.target.generations() | {self.generation}
-        retired = [p for p in folder.iterdir() if p.is_dir() and p.name not in in_use]
+        in_use = self.view.store.generations() | {self.generation}
+        retired = [
+            p
+            for p in folder.iterdir()
+            if p.is_dir() and ".reset-" not in p.name and p.name not in in_use
+        ]
+        resets = sorted(p for p in folder.iterdir() if ".reset-" in p.name)
+        retired += resets[:-1]
         for path in retired:
             shutil.rmtree(path, ignore_errors=True)
         return retired
 
     def start(self, *, available_now: bool = False) -> Any:
-        """Start the query (``available_now``: read what is there now, then stop).
-
-        A live job first removes checkpoints of retired generations: a replay leaves the old
-        one in place because a job may still be running on it.
-        """
+        """Start the query at the store's offsets (``available_now``: read what is there now,
+        then stop). A live job first removes checkpoints of retired generations: a replay leaves
+        the old one in place because a job may still be running on it."""
         if self.live:
             self.prune_checkpoints()
-        stream = kafka_stream(self.spark, self.source_options())
+        committed = self.writer.committed()
+        self._committed = committed.offsets
+        self._initial = committed.offsets
+        self.reconciliation = reconcile(self.checkpoint, committed.offsets, self.view.topics)
+        if self.reconciliation.action == "reset":
+            self.log(f"view {self.view.name}: {self.reconciliation.reason}")
+        stream = kafka_stream(self.spark, self.source_options(starting_offsets(committed.offsets)))
         writer = (
-            stream.writeStream.queryName(f"{self.spec.name}.{self.generation}")
+            stream.writeStream.queryName(f"{self.view.name}.{self.generation}")
             .option("checkpointLocation", str(self.checkpoint))
             .foreachBatch(self.handle_batch)
         )
@@ -192,36 +177,84 @@ class ViewJob(Generic[T, W]):
             writer = writer.trigger(processingTime=f"{self.options.trigger_interval_s} seconds")
         return writer.start()
 
-    def sink_close(self) -> None:
-        """Release the sink's connection (the target keeps the data)."""
-        close = getattr(self.sink, "close", None)
-        if callable(close):
-            close()
+    def close(self) -> None:
+        """Release the store writer's connections (the store keeps the data)."""
+        self.writer.close()
 
-    def project(self, batch: Any) -> ProjectedBatch[W]:
-        """Decode and project a micro-batch: per partition on the executors when the view
-        allows it (only the folded writes come back to the driver), else on the driver."""
-        if not self.spec.per_partition:
-            records = records_from_arrow(batch.toArrow())
-            return project_batch(records, self.spec.decoder, self.spec.projection)
-        projector = partition_projector(self.spec.decoder, self.spec.projection)
-        parts = batch.mapInArrow(projector, PROJECTED_COLUMN).toArrow()
-        return merge_projected([pickle.loads(p) for p in parts.column(0).to_pylist()])
+    def _range(self, batch_id: int) -> tuple[Offsets, Offsets]:
+        log = CheckpointLog(self.checkpoint)
+        end = log.offsets(batch_id)
+        if end is None:
+            raise StreamingError(
+                f"view {self.view.name}: batch {batch_id} has no offsets in {self.checkpoint}"
+            )
+        start = log.offsets(batch_id - 1) if batch_id > 0 else None
+        return (self._initial if start is None else start), end
 
     def handle_batch(self, batch: Any, batch_id: int) -> None:
-        """foreachBatch body: decode, project, dead-letter the rejects, apply with the batch id."""
-        projected = self.project(batch)
-        self.dead_letters.send(projected.rejections)
-        applied = self.sink.apply(batch_id, projected.writes, projected.offsets)
+        """foreachBatch body: check the range against the store, fold, dead-letter, apply."""
+        start, end = self._range(batch_id)
+        if covers(self._committed, end):
+            self._report(batch_id, start, end, 0, 0, False, 0.0, 0.0)
+            return
+        problems = gaps(self._committed, start)
+        if problems:
+            raise LedgerGapError(
+                f"view {self.view.name}: batch {batch_id} starts past the store"
+                f" ({'; '.join(problems)}); restart the job to resume from the store"
+            )
+        condition = below_filter(self._committed, start)
+        if condition is not None:
+            batch = batch.where(condition)
+        began = time.perf_counter()
+        folded = self.view.fold(batch).toArrow()
+        writes, dead = writes_from_folded(folded)
+        fold_s = time.perf_counter() - began
+        self.dead_letters.send(dead)
+        refused: list[Rejected] = []
+
+        def reject(items: Any) -> None:
+            refused.extend(items)
+            self.dead_letters.send(dead_letters_of(items, self.view.name))
+
+        began = time.perf_counter()
+        applied = self.writer.apply(Batch(batch_id, end, writes, start=start), on_rejected=reject)
+        write_s = time.perf_counter() - began
+        self._committed = merge_offsets(self._committed, end)
+        self._report(
+            batch_id,
+            start,
+            end,
+            folded.num_rows,
+            len(dead) + len(refused),
+            applied,
+            fold_s,
+            write_s,
+        )
+
+    def _report(
+        self,
+        batch_id: int,
+        start: Offsets,
+        end: Offsets,
+        folded: int,
+        rejected: int,
+        applied: bool,
+        fold_s: float,
+        write_s: float,
+    ) -> None:
         if self.on_batch is not None:
             self.on_batch(
                 BatchReport(
-                    self.spec.name,
+                    self.view.name,
                     self.generation,
                     batch_id,
-                    projected.records,
-                    len(projected.rejections),
+                    span(start, end),
+                    folded,
+                    rejected,
                     applied,
-                    projected.offsets,
+                    end,
+                    fold_s,
+                    write_s,
                 )
             )

@@ -1,19 +1,25 @@
-"""The configured views: what ``tributary run views`` runs and ``tributary replay`` rebuilds."""
+"""The configured views: what ``tributary run views`` runs, ``tributary replay`` rebuilds and
+``tributary views`` reports.
 
-from dataclasses import dataclass
+Two kinds: the mirror of each table in ``mirror_tables`` (framework-level, any table), and the
+views of a domain, built by factories named ``module:function`` in ``view_factories`` (the demo's
+search index, profile cache and home timeline come from ``examples.social.views``); a factory
+receives this :class:`ViewsConfig` and returns its views.
+"""
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from connectors.changes import ChangeEvent
 from connectors.kafka import KafkaConfig
-from projections.mirror import MirrorProjection, MirrorWrite, decode_change
-from projections.mirror_table import MirrorTable
-from projections.mirror_target import MirrorTarget
-from projections.view import ViewSpec
+from connectors.postgres import table_columns
+from connectors.stores.postgres import PostgresStore
+from projections.mirror import fold_changes, mirror_table
+from projections.view import View, per_partition
 from spark_streaming.errors import UnknownViewError
 from spark_streaming.view_job import JobOptions
-
-MirrorSpec = ViewSpec[ChangeEvent, MirrorWrite]
 
 
 @dataclass(frozen=True)
@@ -27,17 +33,32 @@ class ViewsConfig:
     mirror_tables: tuple[str, ...] = ()
     topic_prefix: str = "cdc"
     max_offsets_per_trigger: int | None = None
+    replay_max_offsets_per_trigger: int | None = 500_000
     trigger_interval_s: float = 1.0
     spark_master: str = "local[2]"
+    source_dsn: str | None = None  # where the captured tables live (default: postgres_dsn)
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    index_root: Path = Path("indexes")
+    view_factories: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
 
-    def job_options(self, **overrides: Any) -> JobOptions:
+    def job_options(self, *, replay: bool = False, **overrides: Any) -> JobOptions:
         values: dict[str, Any] = {
             "checkpoint_root": self.checkpoint_root,
-            "max_offsets_per_trigger": self.max_offsets_per_trigger,
+            "max_offsets_per_trigger": self.replay_max_offsets_per_trigger
+            if replay
+            else self.max_offsets_per_trigger,
             "trigger_interval_s": self.trigger_interval_s,
         }
         values.update(overrides)
         return JobOptions(**values)
+
+    @property
+    def catalog_dsn(self) -> str:
+        return self.source_dsn or self.postgres_dsn
+
+
+ViewFactory = Callable[[ViewsConfig], Sequence[View]]
 
 
 def split_table(qualified: str) -> tuple[str, str]:
@@ -55,40 +76,50 @@ def mirror_view_name(qualified: str) -> str:
     return f"mirror.{schema}.{table}"
 
 
-def mirror_view(
-    qualified: str, postgres_dsn: str, views_schema: str, topic_prefix: str = "cdc"
-) -> MirrorSpec:
-    """The mirror of ``schema.table``: topic ``<prefix>.schema.table`` -> ``views.schema_table``."""
+def mirror_view(qualified: str, config: ViewsConfig) -> View:
+    """The mirror of ``schema.table``: topic ``<prefix>.schema.table`` -> ``views.schema_table``
+    with the source's column types (read from the source's catalog)."""
     schema, table = split_table(qualified)
     name = mirror_view_name(qualified)
-    target = MirrorTarget(postgres_dsn, name, MirrorTable(views_schema, f"{schema}_{table}"))
-    return ViewSpec(
+    dsn = config.catalog_dsn
+    layout = mirror_table(f"{schema}_{table}", lambda: table_columns(dsn, schema, table))
+    return View(
         name=name,
-        topics=(f"{topic_prefix}.{schema}.{table}",),
-        decoder=decode_change,
-        projection=MirrorProjection(),
-        target=target,
-        # A CDC topic is keyed by primary key, so folding per partition is correct; on a
-        # 2-core local[2] driver it measured slower than folding on the driver (bench/replay.py).
-        per_partition=False,
+        topics=(f"{config.topic_prefix}.{schema}.{table}",),
+        fold=per_partition(fold_changes),
+        store=PostgresStore(config.postgres_dsn, config.views_schema, name, [layout]),
+        description=f"latest row per key of {qualified}",
     )
 
 
-def configured_views(config: ViewsConfig) -> dict[str, MirrorSpec]:
-    """Every configured view by name."""
-    views = [
-        mirror_view(t, config.postgres_dsn, config.views_schema, config.topic_prefix)
-        for t in config.mirror_tables
-    ]
+def load_factory(path: str) -> ViewFactory:
+    """The view factory at ``module:function``."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise UnknownViewError(f"view factory {path!r}: write it as module:function")
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise UnknownViewError(f"view factory {path!r} cannot be loaded: {exc}") from exc
+    if not callable(factory):
+        raise UnknownViewError(f"view factory {path!r} is not callable")
+    return factory  # type: ignore[no-any-return]
+
+
+def configured_views(config: ViewsConfig) -> dict[str, View]:
+    """Every configured view by name: the mirrors, then each factory's views."""
+    views = [mirror_view(t, config) for t in config.mirror_tables]
+    for path in config.view_factories:
+        views.extend(load_factory(path)(config))
     return {v.name: v for v in views}
 
 
-def find_view(config: ViewsConfig, name: str) -> MirrorSpec:
+def find_view(config: ViewsConfig, name: str) -> View:
     """The configured view called ``name`` (``schema.table`` also finds its mirror)."""
     views = configured_views(config)
     if name in views:
         return views[name]
     if name.count(".") <= 1 and mirror_view_name(name) in views:
         return views[mirror_view_name(name)]
-    known = ", ".join(sorted(views)) or "none (set TRIBUTARY_MIRROR_TABLES)"
+    known = ", ".join(sorted(views)) or "none (set TRIBUTARY_MIRROR_TABLES or TRIBUTARY_VIEWS)"
     raise UnknownViewError(f"no view called {name!r}; configured views: {known}")

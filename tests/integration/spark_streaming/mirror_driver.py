@@ -13,8 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from connectors.kafka import KafkaConfig
+from connectors.stores.base import CommitHooks
 from spark_streaming.session import spark_session
-from spark_streaming.view_job import BatchReport, CommitHooks, ViewJob
+from spark_streaming.view_job import BatchReport, ViewJob
 from spark_streaming.views import ViewsConfig, configured_views
 
 
@@ -58,7 +59,7 @@ def main(raw: str) -> None:
     )
     query = job.start(available_now=True)
     query.awaitTermination()
-    job.sink_close()
+    job.close()
     spark.stop()
 
 

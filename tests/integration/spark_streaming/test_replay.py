@@ -8,10 +8,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from connectors.stores.base import CommitHooks
 from spark_streaming.errors import ReplayError
 from spark_streaming.replay import replay
 from spark_streaming.runner import ViewRunner
-from spark_streaming.view_job import CommitHooks, ViewJob, checkpoint_dir
+from spark_streaming.view_job import ViewJob, checkpoint_dir
 from spark_streaming.views import ViewsConfig, configured_views
 from tests.integration.spark_streaming.changefeed import ChangeFeed, mirror_rows
 from tests.integration.spark_streaming.test_mirror_view import assert_mirrors, run_mirror
@@ -58,7 +59,7 @@ def test_replay_rebuilds_an_identical_table_while_reads_keep_working(
     table = run_mirror(spark, views_config)
     live_before = full_rows(feed.dsn, table)
     [spec] = configured_views(views_config).values()
-    old_generation = spec.target.live_generation()
+    old_generation = spec.store.live_generation()
 
     reader = Reader(feed.dsn, table)
     reader.start()
@@ -71,12 +72,12 @@ def test_replay_rebuilds_an_identical_table_while_reads_keep_working(
 
     assert reader.errors == [] and reader.reads > 20
     assert result.replaced == old_generation and result.batches >= 5
-    assert spec.target.live_generation() == result.generation
+    assert spec.store.live_generation() == result.generation
     # Same rows, positions and applied-counts as the live view it replaced.
     assert full_rows(feed.dsn, table) == live_before
     assert table_names(feed.dsn, views_config.views_schema) == {
-        "_view_generations",
-        "_view_batches",
+        "_tributary_live",
+        "_tributary_ledger",
         table.split(".")[1],
         table.split(".")[1] + "__deleted",
     }
@@ -91,7 +92,7 @@ def test_replay_rebuilds_an_identical_table_while_reads_keep_working(
     query = stale.start(available_now=True)
     with pytest.raises(Exception, match="was rebuilt"):
         query.awaitTermination(120)
-    stale.sink_close()
+    stale.close()
     # Restarted on the new generation, the view continues from the rebuild's checkpoint.
     run_mirror(spark, views_config)
     assert_mirrors(feed, table)
@@ -105,7 +106,7 @@ def test_a_failed_rebuild_leaves_the_live_view_alone(
     table = run_mirror(spark, views_config)
     live_before = full_rows(feed.dsn, table)
     [spec] = configured_views(views_config).values()
-    generation = spec.target.live_generation()
+    generation = spec.store.live_generation()
 
     def crash(batch_id: int) -> None:
         if batch_id == 1:
@@ -119,7 +120,7 @@ def test_a_failed_rebuild_leaves_the_live_view_alone(
             views_config.job_options(max_offsets_per_trigger=500),
             hooks=CommitHooks(before_commit=crash),
         )
-    assert spec.target.live_generation() == generation
+    assert spec.store.live_generation() == generation
     assert full_rows(feed.dsn, table) == live_before
     assert not any("__g" in name for name in table_names(feed.dsn, views_config.views_schema))
     feed.run(100)
@@ -147,11 +148,11 @@ def test_running_views_follow_a_replay_while_changes_keep_coming(
     thread.start()
     try:
         wait_until(lambda: mirror_matches(feed, table))
-        generation = spec.target.live_generation()
+        generation = spec.store.live_generation()
         replay(spark, spec, views_config.kafka, views_config.job_options())
         feed.run(300)  # the live job meets the swap at its next batch, restarts, catches up
         wait_until(lambda: mirror_matches(feed, table))
-        assert spec.target.live_generation() != generation
+        assert spec.store.live_generation() != generation
         assert any("was rebuilt" in line for line in logs), logs
     finally:
         stop.set()
@@ -177,7 +178,7 @@ def test_a_replay_from_an_empty_topic_refuses_to_swap(
     spark: Any, feed: ChangeFeed, views_config: ViewsConfig
 ) -> None:
     [spec] = configured_views(views_config).values()
-    generation = spec.target.live_generation()
+    generation = spec.store.live_generation()
     with pytest.raises(ReplayError, match="holds no records"):
         replay(spark, spec, views_config.kafka, views_config.job_options())
-    assert spec.target.live_generation() == generation
+    assert spec.store.live_generation() == generation

@@ -1,0 +1,890 @@
+"""The PostgreSQL view store: collections as tables, the ledger in the same transaction.
+
+Ledger tables (in the views schema): ``_tributary_live (view, generation)`` names each view's
+live generation; ``_tributary_ledger (view, generation, batch_id, offsets, batches)`` holds,
+per generation, the last batch applied and the offsets it reached.
+
+One batch is one transaction: lock the generation's ledger row (and, for the live generation,
+hold the view's live row shared so a swap waits), skip the batch if its offsets are already
+reached, COPY the writes into a staging table, apply them per collection with the position
+guard in one statement each, run the view's materializer, update the ledger, commit. A write
+whose value a column refuses (SQLSTATE classes 22 and 23) is found by retrying the writes one by
+one in savepoints; it is handed to ``on_rejected`` and the rest of the batch is applied.
+
+Generations: the live generation's tables carry the base names; a shadow generation's tables
+are ``<base>__<generation>``. A swap renames them in one transaction; readers of the base names
+see the old or the new table, never an error.
+"""
+
+import json
+import logging
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from connectors.errors import LedgerGapError, StaleGenerationError, StoreError
+from connectors.stores.base import (
+    Collection,
+    CommitHooks,
+    Materializer,
+    RejectHandler,
+    run_materializer,
+)
+from connectors.stores.model import (
+    Applied,
+    Batch,
+    Commit,
+    Entry,
+    JsonObject,
+    Offsets,
+    Put,
+    Rejected,
+    Write,
+    check_unique,
+    covers,
+    fields_json,
+    gaps,
+    merge_offsets,
+)
+from connectors.stores.pg_tables import (
+    APPLIED,
+    META_COLUMNS,
+    POSITION,
+    TypedColumn,
+    TypedTable,
+    deleted_table,
+    generation_table,
+    ident,
+)
+
+log = logging.getLogger(__name__)
+
+Layout = Collection | TypedTable
+
+_SCHEMA_LOCK = 0x7472_6962  # advisory lock: concurrent first runs create the ledger once
+_STAGE = sql.Identifier("_tributary_stage")
+_DATA_ERRORS = ("22", "23")  # data exceptions, integrity violations: this write's fault
+_STAGED_ROW = sql.SQL("(CASE WHEN s.m IS NULL THEN s.r::jsonb ELSE s.r::jsonb -> s.m END)")
+
+
+def slug(name: str) -> str:
+    """A name safe inside an SQL identifier (``mirror.public.users`` -> ``mirror_public_users``)."""
+    return re.sub(r"[^a-z0-9_]", "_", name.lower())
+
+
+class PostgresStore:
+    """A view's state in PostgreSQL tables of ``schema``."""
+
+    kind = "postgres"
+
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        view: str,
+        collections: Sequence[Layout],
+        materializer: Materializer | None = None,
+        table_prefix: str | None = None,
+    ) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.view = view
+        self.materializer = materializer
+        self.prefix = table_prefix or slug(view)
+        self.layouts: dict[str, Layout] = {}
+        for layout in collections:
+            name = layout.collection if isinstance(layout, TypedTable) else layout.name
+            self.layouts[name] = layout
+
+    # -- naming ------------------------------------------------------------------------
+
+    def base_table(self, collection: str) -> str:
+        layout = self.layouts.get(collection)
+        if layout is None:
+            layout = self._layout(collection)  # raises, naming the collections
+        if isinstance(layout, TypedTable):
+            return layout.table
+        return f"{self.prefix}__{collection}"
+
+    def table(self, collection: str, generation: str | None) -> str:
+        """The table of a collection in a generation (None: the live one)."""
+        return generation_table(self.base_table(collection), generation)
+
+    def _layout(self, collection: str) -> Layout:
+        try:
+            layout = self.layouts[collection]
+        except KeyError:
+            raise StoreError(
+                f"view {self.view} has no collection {collection!r}"
+                f" (it has {', '.join(sorted(self.layouts))})"
+            ) from None
+        if isinstance(layout, TypedTable) and (not layout.columns or not layout.key):
+            if layout.refresh is not None:
+                layout = layout.refresh()
+            if not layout.columns or not layout.key:
+                raise StoreError(
+                    f"view {self.view}: the layout of {layout.table} has no"
+                    f" {'columns' if not layout.columns else 'primary key'} (does the source"
+                    " table exist, with a primary key?)"
+                )
+            self.layouts[collection] = layout
+        return layout
+
+    def _t(self, name: str) -> sql.Composed:
+        return ident(self.schema, name)
+
+    # -- connections and the ledger ----------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        try:
+            with psycopg.connect(self.dsn, autocommit=False) as conn, conn.transaction():
+                ensure_ledger(conn, self.schema)
+                yield conn
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"view {self.view}: PostgreSQL unreachable: {exc}") from exc
+
+    def _shadow_of(self, conn: psycopg.Connection[Any], generation: str) -> str | None:
+        """None when ``generation`` is live (base table names), else the generation."""
+        live = live_generation(conn, self.schema, self.view)
+        return None if live == generation else generation
+
+    def live_generation(self) -> str:
+        from connectors.stores.base import new_generation
+
+        with self._transaction() as conn:
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (view, generation) VALUES (%s, %s)"
+                    " ON CONFLICT (view) DO NOTHING"
+                ).format(self._t("_tributary_live")),
+                (self.view, new_generation()),
+            )
+            live = live_generation(conn, self.schema, self.view)
+            assert live is not None
+            return live
+
+    def committed(self, generation: str) -> Commit:
+        with self._transaction() as conn:
+            return read_commit(conn, self.schema, self.view, generation, lock=False)
+
+    def writer(
+        self, generation: str, *, live: bool, hooks: CommitHooks | None = None
+    ) -> "PostgresWriter":
+        return PostgresWriter(self, generation, live=live, hooks=hooks or CommitHooks())
+
+    def prepare(self, generation: str) -> None:
+        self.discard(generation)
+        with self._transaction() as conn:
+            register(conn, self.schema, self.view, generation)
+
+    def generations(self) -> set[str]:
+        with self._transaction() as conn:
+            rows = conn.execute(
+                sql.SQL(
+                    "SELECT generation FROM {} WHERE view = %s"
+                    " UNION SELECT generation FROM {} WHERE view = %s"
+                ).format(self._t("_tributary_ledger"), self._t("_tributary_live")),
+                (self.view, self.view),
+            ).fetchall()
+        return {str(r[0]) for r in rows}
+
+    def discard(self, generation: str) -> None:
+        with self._transaction() as conn:
+            if live_generation(conn, self.schema, self.view) == generation:
+                raise StoreError(f"view {self.view}: generation {generation} is live; not dropped")
+            for collection in self.layouts:
+                self._drop(conn, self.table(collection, generation))
+            forget(conn, self.schema, self.view, generation)
+
+    def swap_in(self, generation: str) -> str | None:
+        with self._transaction() as conn:
+            row = conn.execute(
+                sql.SQL("SELECT generation FROM {} WHERE view = %s FOR UPDATE").format(
+                    self._t("_tributary_live")
+                ),
+                (self.view,),
+            ).fetchone()
+            previous = None if row is None else str(row[0])
+            if previous == generation:
+                return previous
+            for collection in self.layouts:
+                base = self.base_table(collection)
+                retired = f"{base}__retired"
+                self._drop(conn, retired)
+                self._rename(conn, base, retired)
+                self._rename(conn, generation_table(base, generation), base)
+                self._drop(conn, retired)
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (view, generation) VALUES (%s, %s) ON CONFLICT (view)"
+                    " DO UPDATE SET generation = EXCLUDED.generation, swapped_at = now()"
+                ).format(self._t("_tributary_live")),
+                (self.view, generation),
+            )
+            if previous is not None:
+                forget(conn, self.schema, self.view, previous)
+            return previous
+
+    def _drop(self, conn: psycopg.Connection[Any], table: str) -> None:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._t(table)))
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._t(deleted_table(table))))
+
+    def _rename(self, conn: psycopg.Connection[Any], old: str, new: str) -> None:
+        for a, b in ((old, new), (deleted_table(old), deleted_table(new))):
+            conn.execute(
+                sql.SQL("ALTER TABLE IF EXISTS {} RENAME TO {}").format(
+                    self._t(a), sql.Identifier(b)
+                )
+            )
+
+    # -- reads -------------------------------------------------------------------------
+
+    def get(self, collection: str, key: str, generation: str | None = None) -> Entry | None:
+        with self._transaction() as conn:
+            shadow = None if generation is None else self._shadow_of(conn, generation)
+            return TableAccess(self, conn, shadow).get(collection, key)
+
+    def scan(self, collection: str, generation: str | None = None) -> list[Entry]:
+        with self._transaction() as conn:
+            shadow = None if generation is None else self._shadow_of(conn, generation)
+            return TableAccess(self, conn, shadow).scan(collection)
+
+    def describe(self) -> str:
+        tables = ", ".join(f"{self.schema}.{self.base_table(c)}" for c in self.layouts)
+        return f"postgres {tables}"
+
+    def close(self) -> None:
+        """Nothing is held between calls."""
+
+
+# -- ledger statements (shared by the store and its writers) ----------------------------
+
+
+def ensure_ledger(conn: psycopg.Connection[Any], schema: str) -> None:
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (view text PRIMARY KEY, generation text NOT NULL,"
+            " swapped_at timestamptz NOT NULL DEFAULT now())"
+        ).format(ident(schema, "_tributary_live"))
+    )
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (view text NOT NULL, generation text NOT NULL,"
+            " batch_id bigint NOT NULL DEFAULT -1, offsets jsonb NOT NULL DEFAULT '{{}}',"
+            " batches bigint NOT NULL DEFAULT 0, updated_at timestamptz NOT NULL DEFAULT now(),"
+            " PRIMARY KEY (view, generation))"
+        ).format(ident(schema, "_tributary_ledger"))
+    )
+
+
+def live_generation(conn: psycopg.Connection[Any], schema: str, view: str) -> str | None:
+    row = conn.execute(
+        sql.SQL("SELECT generation FROM {} WHERE view = %s").format(
+            ident(schema, "_tributary_live")
+        ),
+        (view,),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def register(conn: psycopg.Connection[Any], schema: str, view: str, generation: str) -> None:
+    conn.execute(
+        sql.SQL("INSERT INTO {} (view, generation) VALUES (%s, %s) ON CONFLICT DO NOTHING").format(
+            ident(schema, "_tributary_ledger")
+        ),
+        (view, generation),
+    )
+
+
+def forget(conn: psycopg.Connection[Any], schema: str, view: str, generation: str) -> None:
+    conn.execute(
+        sql.SQL("DELETE FROM {} WHERE view = %s AND generation = %s").format(
+            ident(schema, "_tributary_ledger")
+        ),
+        (view, generation),
+    )
+
+
+def read_commit(
+    conn: psycopg.Connection[Any], schema: str, view: str, generation: str, *, lock: bool
+) -> Commit:
+    if lock:
+        register(conn, schema, view, generation)
+    row = conn.execute(
+        sql.SQL(
+            "SELECT batch_id, offsets, batches FROM {} WHERE view = %s AND generation = %s"
+            + (" FOR UPDATE" if lock else "")
+        ).format(ident(schema, "_tributary_ledger")),
+        (view, generation),
+    ).fetchone()
+    if row is None:
+        return Commit.empty(view, generation)
+    return Commit(view, generation, int(row[0]), dict(row[1] or {}), int(row[2]))
+
+
+def ledger_positions(conn: psycopg.Connection[Any], schema: str) -> list[Commit]:
+    """The live generation's commit of every view in ``schema`` (for status)."""
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT g.view, g.generation, coalesce(b.batch_id, -1), coalesce(b.offsets, '{{}}'),"
+            " coalesce(b.batches, 0) FROM {} g LEFT JOIN {} b USING (view, generation)"
+            " ORDER BY g.view"
+        ).format(ident(schema, "_tributary_live"), ident(schema, "_tributary_ledger"))
+    ).fetchall()
+    return [Commit(str(r[0]), str(r[1]), int(r[2]), dict(r[3]), int(r[4])) for r in rows]
+
+
+# -- the writer -------------------------------------------------------------------------
+
+
+class PostgresWriter:
+    """Applies batches to one generation of a PostgreSQL view store."""
+
+    def __init__(
+        self, store: PostgresStore, generation: str, *, live: bool, hooks: CommitHooks
+    ) -> None:
+        self.store = store
+        self.generation = generation
+        self.live = live
+        self.hooks = hooks
+        self._conn: psycopg.Connection[Any] | None = None
+        self._ready: set[str] = set()  # tables known to exist with their columns this session
+        self._layouts: dict[str, TypedTable] = {}
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            try:
+                self._conn = psycopg.connect(self.store.dsn, autocommit=False)
+            except psycopg.OperationalError as exc:
+                raise StoreError(f"view {self.store.view}: PostgreSQL unreachable: {exc}") from exc
+            with self._conn.transaction():
+                ensure_ledger(self._conn, self.store.schema)
+                self._conn.execute(
+                    sql.SQL(
+                        "CREATE TEMP TABLE IF NOT EXISTS {} (coll text, k text, r text, m text,"
+                        " pos bigint, changes bigint[], fresh boolean, deleted boolean)"
+                        " ON COMMIT DELETE ROWS"
+                    ).format(_STAGE)
+                )
+            self._ready.clear()
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def committed(self) -> Commit:
+        return self.store.committed(self.generation)
+
+    @property
+    def _shadow(self) -> str | None:
+        return None if self.live else self.generation
+
+    def apply(self, batch: Batch, on_rejected: RejectHandler | None = None) -> bool:
+        check_unique(batch.writes)
+        conn = self._connection()
+        schema, view = self.store.schema, self.store.view
+        try:
+            with conn.transaction():
+                if self.live:
+                    self._check_live(conn)
+                commit = read_commit(conn, schema, view, self.generation, lock=True)
+                if covers(commit.offsets, batch.offsets):
+                    return False
+                if batch.start is not None:
+                    problems = gaps(commit.offsets, batch.start)
+                    if problems:
+                        raise LedgerGapError(
+                            f"view {view}: batch {batch.batch_id} does not continue from the"
+                            f" store ({'; '.join(problems)})"
+                        )
+                rejected: list[Rejected] = []
+                applied = self._write(conn, batch.writes, rejected)
+                access = TableAccess(self.store, conn, self._shadow, self._ensure)
+                run_materializer(self.store.materializer, access, applied)
+                offsets: Offsets = merge_offsets(commit.offsets, batch.offsets)
+                conn.execute(
+                    sql.SQL(
+                        "UPDATE {} SET batch_id = %s, offsets = %s::jsonb, batches = batches + 1,"
+                        " updated_at = now() WHERE view = %s AND generation = %s"
+                    ).format(self.store._t("_tributary_ledger")),
+                    (batch.batch_id, json.dumps(offsets), view, self.generation),
+                )
+                if rejected and on_rejected is not None:
+                    on_rejected(rejected)
+                if self.hooks.before_commit is not None:
+                    self.hooks.before_commit(batch.batch_id)
+        except (StaleGenerationError, LedgerGapError):
+            raise
+        except psycopg.Error as exc:
+            self.close()
+            raise StoreError(
+                f"view {view}: batch {batch.batch_id} failed: {exc}"
+                " (the batch is retried when the job restarts)"
+            ) from exc
+        if self.hooks.after_commit is not None:
+            self.hooks.after_commit(batch.batch_id)
+        return True
+
+    def _check_live(self, conn: psycopg.Connection[Any]) -> None:
+        row = conn.execute(
+            sql.SQL("SELECT generation FROM {} WHERE view = %s FOR SHARE").format(
+                self.store._t("_tributary_live")
+            ),
+            (self.store.view,),
+        ).fetchone()
+        if row is None or row[0] != self.generation:
+            raise StaleGenerationError(
+                f"view {self.store.view} was rebuilt (live generation"
+                f" {row[0] if row else None}, this job runs {self.generation}); restart the"
+                " job to continue from the new generation"
+            )
+
+    # -- writing -----------------------------------------------------------------------
+
+    def _write(
+        self, conn: psycopg.Connection[Any], writes: Sequence[Write], rejected: list[Rejected]
+    ) -> list[Applied]:
+        if not writes:
+            for collection in self.store.layouts:
+                self._ensure(conn, collection)
+            return []
+        try:
+            with conn.transaction():
+                return self._write_all(conn, writes)
+        except psycopg.Error as exc:
+            if not _is_data_error(exc):
+                raise
+        applied: list[Applied] = []
+        for write in writes:  # find the write(s) the tables refuse
+            try:
+                with conn.transaction():
+                    applied.extend(self._write_all(conn, [write]))
+            except psycopg.Error as exc:
+                if not _is_data_error(exc):
+                    raise
+                rejected.append(Rejected(write, f"{type(exc).__name__}: {exc}".strip()))
+        return applied
+
+    def _write_all(self, conn: psycopg.Connection[Any], writes: Sequence[Write]) -> list[Applied]:
+        by_collection: dict[str, list[Write]] = {}
+        for write in writes:
+            by_collection.setdefault(write.collection, []).append(write)
+        with conn.cursor() as cur:
+            cur.execute(sql.SQL("TRUNCATE {}").format(_STAGE))
+            with cur.copy(
+                sql.SQL("COPY {} (coll, k, r, m, pos, changes, fresh, deleted) FROM STDIN").format(
+                    _STAGE
+                )
+            ) as copy:
+                for write in writes:
+                    if isinstance(write, Put):
+                        text, member = staged_fields(write.fields)
+                        copy.write_row(
+                            (
+                                write.collection,
+                                write.key,
+                                text,
+                                member,
+                                write.position,
+                                list(write.folded),
+                                write.fresh,
+                                False,
+                            )
+                        )
+                    else:
+                        copy.write_row(
+                            (
+                                write.collection,
+                                write.key,
+                                None,
+                                None,
+                                write.position,
+                                [],
+                                False,
+                                True,
+                            )
+                        )
+        applied: list[Applied] = []
+        for collection, group in by_collection.items():
+            self._ensure(conn, collection)
+            self._widen(conn, collection)
+            rows = conn.execute(self._apply_sql(collection), {"c": collection}).fetchall()
+            index = {w.key: w for w in group}
+            generic = self._typed(collection) is None
+            for key, before in rows:
+                fields = None if before is None else _fields_of(before, generic)
+                applied.append(Applied(index[str(key)], fields))
+        return applied
+
+    # -- table shapes ------------------------------------------------------------------
+
+    def _typed(self, collection: str) -> TypedTable | None:
+        layout = self.store._layout(collection)
+        if not isinstance(layout, TypedTable):
+            return None
+        return self._layouts.setdefault(collection, layout)
+
+    def _ensure(self, conn: psycopg.Connection[Any], collection: str) -> None:
+        """Create the collection's tables in this generation if absent."""
+        table = self.store.table(collection, self._shadow)
+        if table in self._ready:
+            return
+        t, d = self.store._t(table), self.store._t(deleted_table(table))
+        typed = self._typed(collection)
+        if typed is None:
+            conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (key text PRIMARY KEY, {} bigint NOT NULL,"
+                    " {} bigint NOT NULL, fields jsonb NOT NULL)"
+                ).format(t, sql.Identifier(POSITION), sql.Identifier(APPLIED))
+            )
+            layout = self.store._layout(collection)
+            assert isinstance(layout, Collection)
+            for lookup in layout.lookups:
+                conn.execute(
+                    sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ((fields ->> {}))").format(
+                        sql.Identifier(f"{table}__{lookup}"[:63]), t, sql.Literal(lookup)
+                    )
+                )
+        else:
+            existing = _columns(conn, self.store.schema, table)
+            if not existing:
+                defs = [
+                    sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.sql_type))
+                    for c in typed.columns
+                ]
+                defs += [
+                    sql.SQL("{} bigint NOT NULL").format(sql.Identifier(POSITION)),
+                    sql.SQL("{} bigint NOT NULL").format(sql.Identifier(APPLIED)),
+                    sql.SQL("PRIMARY KEY ({})").format(
+                        sql.SQL(", ").join(map(sql.Identifier, typed.key))
+                    ),
+                ]
+                conn.execute(
+                    sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
+                        t, sql.SQL(", ").join(defs)
+                    )
+                )
+            else:
+                self._add_columns(conn, collection, typed, existing)
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (key text PRIMARY KEY, {} bigint NOT NULL)"
+            ).format(d, sql.Identifier(POSITION))
+        )
+        self._ready.add(table)
+
+    def _add_columns(
+        self,
+        conn: psycopg.Connection[Any],
+        collection: str,
+        typed: TypedTable,
+        existing: dict[str, str],
+    ) -> None:
+        table = self.store.table(collection, self._shadow)
+        for column in typed.columns:
+            if column.name not in existing:
+                conn.execute(
+                    sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
+                        self.store._t(table), sql.Identifier(column.name), sql.SQL(column.sql_type)
+                    )
+                )
+
+    def _widen(self, conn: psycopg.Connection[Any], collection: str) -> None:
+        """Add the columns of fields a typed table lacks (a column added at the source)."""
+        typed = self._typed(collection)
+        if typed is None:
+            return
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT DISTINCT jsonb_object_keys({}) FROM {} s"
+                " WHERE s.coll = %s AND NOT s.deleted"
+            ).format(_STAGED_ROW, _STAGE),
+            (collection,),
+        ).fetchall()
+        unknown = {str(r[0]) for r in rows} - {c.name for c in typed.columns}
+        if not unknown:
+            return
+        columns = list(typed.columns)
+        fresh = {c.name: c for c in (typed.refresh().columns if typed.refresh is not None else [])}
+        for name in sorted(unknown):
+            column = fresh.get(name)
+            if column is None:
+                log.warning(
+                    "view %s: field %s of %s is not in the source catalog; kept as jsonb",
+                    self.store.view,
+                    name,
+                    collection,
+                )
+                column = TypedColumn(name, "jsonb", "json_value")
+            columns.append(column)
+        typed = typed.with_columns(columns)
+        self._layouts[collection] = typed
+        table = self.store.table(collection, self._shadow)
+        self._add_columns(conn, collection, typed, _columns(conn, self.store.schema, table))
+
+    # -- the guarded apply statement ---------------------------------------------------
+
+    def _apply_sql(self, collection: str) -> sql.Composed:
+        table = self.store.table(collection, self._shadow)
+        t, d = self.store._t(table), self.store._t(deleted_table(table))
+        pos, app = sql.Identifier(POSITION), sql.Identifier(APPLIED)
+        floor = sql.SQL("GREATEST(coalesce(g.tpos, -1), coalesce(g.dpos, -1))")
+        new = sql.SQL("(SELECT count(*) FROM unnest(g.changes) a WHERE a > {})").format(floor)
+        applied = sql.SQL(
+            "CASE WHEN g.fresh AND g.changes[1] > {f} THEN {n} ELSE coalesce(g.tapp, 0) + {n} END"
+        ).format(f=floor, n=new)
+        typed = self._typed(collection)
+        match: sql.Composable
+        target_match: sql.Composable
+        if typed is None:
+            match = sql.SQL("t.key = s.k")
+            target_match = sql.SQL("t.key = g.k")
+            upsert = sql.SQL(
+                "INSERT INTO {t} (key, {pos}, {app}, fields)"
+                " SELECT g.k, g.pos, {applied}, g.r::jsonb FROM g WHERE NOT g.deleted"
+                " ON CONFLICT (key) DO UPDATE SET {pos} = EXCLUDED.{pos},"
+                " {app} = EXCLUDED.{app}, fields = EXCLUDED.fields"
+            ).format(t=t, pos=pos, app=app, applied=applied)
+        else:
+            key_of = {c: _key_column(typed, c) for c in typed.key}
+            match = sql.SQL(" AND ").join(
+                sql.SQL("t.{} = {}").format(
+                    sql.Identifier(c), key_of[c].value_sql(sql.SQL("s.k::jsonb"))
+                )
+                for c in typed.key
+            )
+            target_match = sql.SQL(" AND ").join(
+                sql.SQL("t.{} = {}").format(
+                    sql.Identifier(c), key_of[c].value_sql(sql.SQL("g.k::jsonb"))
+                )
+                for c in typed.key
+            )
+            columns = list(typed.columns)
+            names = sql.SQL(", ").join(sql.Identifier(c.name) for c in columns)
+            values = sql.SQL(", ").join(c.value_sql(sql.SQL("g.r::jsonb")) for c in columns)
+            non_key = [c for c in columns if c.name not in typed.key]
+            sets = sql.SQL(", ").join(
+                sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c.name)) for c in non_key
+            )
+            upsert = sql.SQL(
+                "INSERT INTO {t} ({names}, {pos}, {app})"
+                " SELECT {values}, g.pos, {applied} FROM g WHERE NOT g.deleted"
+                " ON CONFLICT ({keys}) DO UPDATE SET {sets}{comma}{pos} = EXCLUDED.{pos},"
+                " {app} = EXCLUDED.{app}"
+            ).format(
+                t=t,
+                names=names,
+                values=values,
+                pos=pos,
+                app=app,
+                applied=applied,
+                keys=sql.SQL(", ").join(map(sql.Identifier, typed.key)),
+                sets=sets,
+                comma=sql.SQL(", ") if non_key else sql.SQL(""),
+            )
+        return sql.SQL(
+            "WITH g AS ("
+            " SELECT s.k, {row} AS r, s.pos, s.changes, s.fresh, s.deleted,"
+            " t.{pos} AS tpos, t.{app} AS tapp, d.{pos} AS dpos, {before} AS before"
+            " FROM {stage} s LEFT JOIN {t} t ON {match} LEFT JOIN {d} d ON d.key = s.k"
+            " WHERE s.coll = %(c)s"
+            " AND s.pos > GREATEST(coalesce(t.{pos}, -1), coalesce(d.{pos}, -1))),"
+            " removed AS (DELETE FROM {t} t USING g WHERE g.deleted AND {target_match}),"
+            " tombs AS (INSERT INTO {d} (key, {pos}) SELECT g.k, g.pos FROM g WHERE g.deleted"
+            " ON CONFLICT (key) DO UPDATE SET {pos} = EXCLUDED.{pos}),"
+            " revived AS (DELETE FROM {d} x USING g WHERE NOT g.deleted AND x.key = g.k),"
+            " upserted AS ({upsert})"
+            " SELECT g.k, g.before FROM g"
+        ).format(
+            row=_STAGED_ROW,
+            before=sql.SQL("to_jsonb(t)")
+            if self.store.materializer is not None
+            else sql.SQL("CASE WHEN t.{} IS NULL THEN NULL ELSE '{{}}'::jsonb END").format(pos),
+            pos=pos,
+            app=app,
+            stage=_STAGE,
+            t=t,
+            d=d,
+            match=match,
+            target_match=target_match,
+            upsert=upsert,
+        )
+
+
+def _fields_of(row: dict[str, Any], generic: bool) -> dict[str, Any]:
+    """An entry's fields from ``to_jsonb`` of its row."""
+    if generic:
+        return dict(row.get("fields") or {})
+    return {k: v for k, v in row.items() if k not in META_COLUMNS}
+
+
+def staged_fields(fields: Mapping[str, Any]) -> tuple[str, str | None]:
+    """The text to stage for a write's fields and the member holding them (None: all)."""
+    if isinstance(fields, JsonObject):
+        return fields.text, fields.member
+    return fields_json(fields), None
+
+
+def _key_column(typed: TypedTable, name: str) -> TypedColumn:
+    column = typed.column(name)
+    if column is None:
+        raise StoreError(f"key column {name} of {typed.table} is not among its columns")
+    return column
+
+
+def _columns(conn: psycopg.Connection[Any], schema: str, table: str) -> dict[str, str]:
+    rows = conn.execute(
+        "SELECT column_name, data_type FROM information_schema.columns"
+        " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+        (schema, table),
+    ).fetchall()
+    return {str(r[0]): str(r[1]) for r in rows}
+
+
+def _is_data_error(exc: psycopg.Error) -> bool:
+    return (exc.sqlstate or "")[:2] in _DATA_ERRORS
+
+
+# -- reads and the materializer's transaction ----------------------------------------------
+
+
+class TableAccess:
+    """Reads and derived writes on one generation's tables, inside a transaction
+    (the :class:`~connectors.stores.base.StoreTxn` of the PostgreSQL store)."""
+
+    def __init__(
+        self,
+        store: PostgresStore,
+        conn: psycopg.Connection[Any],
+        shadow: str | None,
+        ensure: Any = None,
+    ) -> None:
+        self.store = store
+        self.conn = conn
+        self.shadow = shadow
+        self._ensure = ensure
+
+    def _tables(self, collection: str) -> tuple[sql.Composed, TypedTable | None]:
+        if self._ensure is not None:
+            self._ensure(self.conn, collection)
+        layout = self.store._layout(collection)
+        typed = layout if isinstance(layout, TypedTable) else None
+        return self.store._t(self.store.table(collection, self.shadow)), typed
+
+    def _exists(self, collection: str) -> bool:
+        row = self.conn.execute(
+            "SELECT to_regclass(%s)",
+            (f'"{self.store.schema}"."{self.store.table(collection, self.shadow)}"',),
+        ).fetchone()
+        return row is not None and row[0] is not None
+
+    def _entries(
+        self, collection: str, where: sql.Composable, params: Sequence[Any]
+    ) -> list[Entry]:
+        if self._ensure is None and not self._exists(collection):
+            return []
+        t, typed = self._tables(collection)
+        if typed is None:
+            rows = self.conn.execute(
+                sql.SQL("SELECT key, fields, {}, {} FROM {} t WHERE {}").format(
+                    sql.Identifier(POSITION), sql.Identifier(APPLIED), t, where
+                ),
+                params,
+            ).fetchall()
+            return [Entry(collection, str(k), dict(f), int(p), int(a)) for k, f, p, a in rows]
+        rows = self.conn.execute(
+            sql.SQL("SELECT to_jsonb(t) FROM {} t WHERE {}").format(t, where), params
+        ).fetchall()
+        out = []
+        for (row,) in rows:
+            fields = {k: v for k, v in row.items() if k not in META_COLUMNS}
+            key = json.dumps({c: row[c] for c in typed.key}, sort_keys=True, separators=(",", ":"))
+            out.append(Entry(collection, key, fields, int(row[POSITION]), int(row[APPLIED])))
+        return out
+
+    def _key_where(self, collection: str, key: str) -> tuple[sql.Composable, list[Any]]:
+        layout = self.store._layout(collection)
+        if not isinstance(layout, TypedTable):
+            return sql.SQL("t.key = %s"), [key]
+        parts = [
+            sql.SQL("t.{} = {}").format(
+                sql.Identifier(c), _key_column(layout, c).value_sql(sql.SQL("%s::jsonb"))
+            )
+            for c in layout.key
+        ]
+        return sql.SQL(" AND ").join(parts), [key] * len(layout.key)
+
+    def get(self, collection: str, key: str) -> Entry | None:
+        where, params = self._key_where(collection, key)
+        found = self._entries(collection, where, params)
+        return found[0] if found else None
+
+    def scan(self, collection: str) -> list[Entry]:
+        return self._entries(collection, sql.SQL("true"), [])
+
+    def find(self, collection: str, field: str, value: Any) -> list[Entry]:
+        layout = self.store._layout(collection)
+        text = _as_text(value)
+        if isinstance(layout, TypedTable):
+            where = sql.SQL("t.{}::text = %s").format(sql.Identifier(field))
+        else:
+            where = sql.SQL("t.fields ->> {} = %s").format(sql.Literal(field))
+        return self._entries(collection, where, [text])
+
+    def put(self, collection: str, key: str, fields: Mapping[str, Any]) -> None:
+        t, typed = self._tables(collection)
+        pos, app = sql.Identifier(POSITION), sql.Identifier(APPLIED)
+        if typed is None:
+            self.conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (key, {}, {}, fields) VALUES (%s, 0, 0, %s::jsonb)"
+                    " ON CONFLICT (key) DO UPDATE SET fields = EXCLUDED.fields"
+                ).format(t, pos, app),
+                (key, fields_json(fields)),
+            )
+            return
+        source = sql.SQL("%(r)s::jsonb")
+        columns = [c for c in typed.columns if c.name in fields or c.name in typed.key]
+        sets = [c for c in columns if c.name not in typed.key]
+        self.conn.execute(
+            sql.SQL(
+                "INSERT INTO {t} ({names}, {pos}, {app}) SELECT {values}, 0, 0"
+                " ON CONFLICT ({keys}) DO {action}"
+            ).format(
+                t=t,
+                names=sql.SQL(", ").join(sql.Identifier(c.name) for c in columns),
+                pos=pos,
+                app=app,
+                values=sql.SQL(", ").join(c.value_sql(source) for c in columns),
+                keys=sql.SQL(", ").join(map(sql.Identifier, typed.key)),
+                action=sql.SQL("UPDATE SET {}").format(
+                    sql.SQL(", ").join(
+                        sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c.name)) for c in sets
+                    )
+                )
+                if sets
+                else sql.SQL("NOTHING"),
+            ),
+            {"r": fields_json(fields)},
+        )
+
+    def delete(self, collection: str, key: str) -> None:
+        t, _ = self._tables(collection)
+        where, params = self._key_where(collection, key)
+        self.conn.execute(sql.SQL("DELETE FROM {} t WHERE {}").format(t, where), params)
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,957 @@
+"""The tantivy view store: one full-text index per generation, the ledger inside the index.
+
+Layout: ``<root>/<slug(view)>/<generation>/`` holds one tantivy index per generation;
+``<root>/<slug(view)>/live`` is a symlink to the live generation's folder name. A swap points a
+fresh symlink at the new folder and renames it over ``live`` (atomic for readers), then deletes
+the old folder (a searcher already open on it keeps working). Folders whose names start with a
+dot are work in progress (``.tmp-*`` being built, ``.retired-*`` being deleted, ``.live-*`` a
+link about to replace ``live``) and never a generation.
+
+Documents (the schema is fixed per store):
+
+- an *entry* per key: ``_uid`` (``entry`` + collection + key, the term a replace deletes by),
+  ``_collection``, ``_key``, ``_position``, ``_applied``, ``_fields`` (the exact JSON of the
+  fields, stored only), ``lk_<field>`` per lookup (for ``find``) and the declared search fields;
+- a *tombstone* per deleted key (``_uid`` with the ``tomb`` prefix, ``_position``), so an old
+  insert cannot bring the key back;
+- one *ledger* document, the last batch applied and the offsets it reached.
+
+A batch is one commit: tantivy commits are atomic, so the ledger document and the data change
+together or not at all (a process killed before the commit leaves the previous commit whole).
+Each generation has one ``IndexWriter`` per store object, kept open across batches and shared by
+the store's writers of that generation (tantivy allows one writer per index, across processes).
+"""
+
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import tantivy
+
+from connectors.errors import LedgerGapError, StaleGenerationError, StoreError
+from connectors.stores.base import (
+    Collection,
+    CommitHooks,
+    Materializer,
+    RejectHandler,
+    run_materializer,
+)
+from connectors.stores.model import (
+    Applied,
+    Batch,
+    Commit,
+    Entry,
+    Put,
+    Rejected,
+    applied_count,
+    check_unique,
+    covers,
+    fields_json,
+    gaps,
+    merge_offsets,
+)
+
+LIVE = "live"
+
+UID = "_uid"
+COLLECTION = "_collection"
+KEY = "_key"
+KIND = "_kind"
+POSITION = "_position"
+APPLIED = "_applied"
+FIELDS = "_fields"
+LOOKUP_PREFIX = "lk_"
+
+ENTRY = "entry"
+TOMB = "tomb"
+LEDGER = "ledger"
+LEDGER_UID = "ledger"  # no separator: never the uid of an entry or a tombstone
+
+WRITER_HEAP = 64_000_000  # bytes of indexing memory of a writer (tantivy needs >= 15 MB)
+_UID_CHUNK = 512  # uids per term-set query when a batch loads the stored state of its keys
+_GENERATION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+_SEP = "\x1f"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SearchField:
+    """A field of the entries that :meth:`TantivyStore.search` can rank by.
+
+    ``text``: tokenized with ``tokenizer`` and stored; ``keyword``: the exact value (raw
+    tokenizer); ``date``: an ISO-8601 string or a datetime (naive: UTC); ``integer``: an i64.
+    A value of another type is refused: the write goes to ``on_rejected``.
+    """
+
+    name: str
+    kind: Literal["text", "keyword", "date", "integer"] = "text"
+    tokenizer: str = "en_stem"
+
+
+# -- pure helpers ---------------------------------------------------------------------------
+
+
+def slug(name: str) -> str:
+    """A name safe as a folder name (``mirror.public.users`` -> ``mirror_public_users``)."""
+    return re.sub(r"[^a-z0-9_]", "_", name.lower())
+
+
+def uid(kind: str, collection: str, key: str) -> str:
+    """The term an entry (or a tombstone) of ``key`` is replaced and deleted by."""
+    return f"{kind}{_SEP}{collection}{_SEP}{key}"
+
+
+def lookup_text(value: Any) -> str:
+    """The indexed text of a lookup value (what PostgreSQL's ``fields ->> name`` gives)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    return str(value)
+
+
+def search_words(text: str) -> str | None:
+    """The query text for user input: each word quoted, so no input addresses another field,
+    uses an operator or fails to parse (None: no words)."""
+    words = re.findall(r"\w+", text)
+    if not words:
+        return None
+    return " ".join(f'"{word}"' for word in words)
+
+
+def search_value(field: SearchField, value: Any) -> Any:
+    """The value tantivy indexes for a search field (ValueError: the type does not fit)."""
+    if isinstance(value, list):
+        return [search_value(field, v) for v in value]
+    if field.kind == "date":
+        if isinstance(value, str):
+            try:
+                return dt.datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError(f"field {field.name}: {value!r} is not an ISO-8601 date") from None
+        if isinstance(value, dt.datetime):
+            return value
+        raise ValueError(f"field {field.name}: expected a date, got {type(value).__name__}")
+    if field.kind == "integer" and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"field {field.name}: expected an integer, got {type(value).__name__}")
+    if field.kind in ("text", "keyword") and not isinstance(value, str):
+        raise ValueError(f"field {field.name}: expected a string, got {type(value).__name__}")
+    return value
+
+
+def build_schema(lookups: Sequence[str], search_fields: Sequence[SearchField]) -> tantivy.Schema:
+    """The schema of every generation of a store (the same inputs give the same schema)."""
+    builder = tantivy.SchemaBuilder()
+    for name in (UID, COLLECTION, KIND):
+        builder.add_text_field(name, stored=True, tokenizer_name="raw", index_option="basic")
+    builder.add_text_field(KEY, stored=True, tokenizer_name="raw", index_option="basic")
+    builder.add_integer_field(POSITION, stored=True, indexed=True)
+    builder.add_integer_field(APPLIED, stored=True)
+    builder.add_bytes_field(FIELDS, stored=True, indexed=False)
+    for lookup in sorted(set(lookups)):
+        builder.add_text_field(
+            LOOKUP_PREFIX + lookup, stored=False, tokenizer_name="raw", index_option="basic"
+        )
+    for field in search_fields:
+        if field.kind == "text":
+            builder.add_text_field(field.name, stored=True, tokenizer_name=field.tokenizer)
+        elif field.kind == "keyword":
+            builder.add_text_field(field.name, stored=False, tokenizer_name="raw")
+        elif field.kind == "date":
+            builder.add_date_field(field.name, indexed=True, fast=True)
+        elif field.kind == "integer":
+            builder.add_integer_field(field.name, indexed=True, fast=True)
+        else:
+            raise StoreError(f"search field {field.name}: unknown kind {field.kind!r}")
+    return builder.build()
+
+
+def _check_field_name(name: str, what: str) -> None:
+    if not name or not tantivy.SchemaBuilder.is_valid_field_name(name):
+        raise StoreError(f"{what} {name!r} is not a valid tantivy field name")
+
+
+@contextmanager
+def _tantivy_errors(what: str) -> Iterator[None]:
+    """tantivy's ValueError / OSError as a StoreError saying what was being done."""
+    try:
+        yield
+    except (ValueError, OSError, RuntimeError) as exc:
+        raise StoreError(f"{what}: {exc}") from exc
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _entry_of(doc: tantivy.Document) -> Entry:
+    fields = doc.get_first(FIELDS)
+    return Entry(
+        str(doc.get_first(COLLECTION)),
+        str(doc.get_first(KEY)),
+        json.loads(fields) if fields is not None else {},
+        int(doc.get_first(POSITION) or 0),
+        int(doc.get_first(APPLIED) or 0),
+    )
+
+
+def _all_hits(searcher: tantivy.Searcher, query: tantivy.Query) -> list[tantivy.Document]:
+    hits = searcher.search(query, max(1, searcher.num_docs)).hits
+    return [searcher.doc(address) for _score, address in hits]
+
+
+def _must(*queries: tantivy.Query) -> tantivy.Query:
+    return tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in queries])
+
+
+def _read_ledger(
+    schema: tantivy.Schema, searcher: tantivy.Searcher, view: str, generation: str
+) -> Commit:
+    hits = searcher.search(tantivy.Query.term_query(schema, UID, LEDGER_UID), 1).hits
+    if not hits:
+        return Commit.empty(view, generation)
+    raw = searcher.doc(hits[0][1]).get_first(FIELDS)
+    ledger = json.loads(raw) if raw is not None else {}
+    return Commit(
+        view,
+        generation,
+        int(ledger.get("batch_id", -1)),
+        dict(ledger.get("offsets") or {}),
+        int(ledger.get("batches", 0)),
+    )
+
+
+def _ledger_doc(schema: tantivy.Schema, commit: Commit) -> tantivy.Document:
+    payload = {"batch_id": commit.batch_id, "offsets": commit.offsets, "batches": commit.batches}
+    return tantivy.Document.from_dict(
+        {
+            UID: LEDGER_UID,
+            KIND: LEDGER,
+            FIELDS: json.dumps(payload, separators=(",", ":")).encode(),
+        },
+        schema,
+    )
+
+
+# -- the store ------------------------------------------------------------------------------
+
+
+class _WriterSlot:
+    """The one IndexWriter a store object keeps for a generation, shared by its writers."""
+
+    def __init__(self, generation: str, folder: Path) -> None:
+        self.generation = generation
+        self.folder = folder
+        self.lock = threading.RLock()
+        self.users = 0
+        self.index: tantivy.Index | None = None
+        self.writer: tantivy.IndexWriter | None = None
+
+    def open(self, store: "TantivyStore") -> tuple[tantivy.Index, tantivy.IndexWriter]:
+        if self.index is not None and self.writer is not None:
+            return self.index, self.writer
+        if not self.folder.is_dir():
+            raise StoreError(
+                f"view {store.view}: generation {self.generation} does not exist ({self.folder})"
+            )
+        try:
+            index = tantivy.Index(store.schema, path=str(self.folder))
+        except ValueError as exc:
+            raise StoreError(
+                f"view {store.view}: generation {self.generation} at {self.folder} has another"
+                f" schema (lookups or search fields changed? rebuild the view): {exc}"
+            ) from exc
+        index.config_reader("manual")
+        try:
+            writer = index.writer(heap_size=WRITER_HEAP, num_threads=1)
+        except ValueError as exc:
+            if "LockBusy" in str(exc):
+                raise StoreError(
+                    f"view {store.view}: generation {self.generation} is being written by"
+                    " another writer (is another job running this view?)"
+                ) from exc
+            raise StoreError(
+                f"view {store.view}: cannot open a writer on {self.folder}: {exc}"
+            ) from exc
+        self.index, self.writer = index, writer
+        return index, writer
+
+    def discard(self) -> None:
+        """Drop the writer and what it did not commit (the directory lock goes with it)."""
+        with self.lock:
+            writer, self.writer, self.index = self.writer, None, None
+            if writer is not None:
+                with suppress(ValueError, RuntimeError):
+                    writer.rollback()
+                with suppress(ValueError, RuntimeError):
+                    writer.wait_merging_threads()  # merges end before the lock goes
+            del writer
+
+
+class TantivyStore:
+    """A view's state in tantivy indexes under ``root`` (one per generation)."""
+
+    kind = "tantivy"
+
+    def __init__(
+        self,
+        root: Path,
+        view: str,
+        collections: Sequence[Collection],
+        materializer: Materializer | None = None,
+        search_fields: Sequence[SearchField] = (),
+    ) -> None:
+        self.root = Path(root)
+        self.view = view
+        self.materializer = materializer
+        self.base = self.root / slug(view)
+        self.collections: dict[str, Collection] = {c.name: c for c in collections}
+        self.search_fields: dict[str, SearchField] = {}
+        for field in search_fields:
+            _check_field_name(field.name, "search field")
+            if field.name.startswith(("_", LOOKUP_PREFIX)):
+                raise StoreError(
+                    f"search field {field.name!r}: names starting with _ or {LOOKUP_PREFIX}"
+                    " are the store's own"
+                )
+            if field.name in self.search_fields:
+                raise StoreError(f"search field {field.name!r} is declared twice")
+            self.search_fields[field.name] = field
+        lookups = sorted({lookup for c in collections for lookup in c.lookups})
+        for lookup in lookups:
+            _check_field_name(LOOKUP_PREFIX + lookup, "lookup")
+        self.schema = build_schema(lookups, list(self.search_fields.values()))
+        self._lock = threading.Lock()
+        self._readers: dict[str, tantivy.Index] = {}
+        self._slots: dict[str, _WriterSlot] = {}
+        self._live_seen: str | None = None
+
+    # -- naming ------------------------------------------------------------------------
+
+    def folder(self, generation: str) -> Path:
+        if generation == LIVE or not _GENERATION.fullmatch(generation):
+            raise StoreError(f"view {self.view}: {generation!r} is not a generation name")
+        return self.base / generation
+
+    def _collection(self, name: str) -> Collection:
+        try:
+            return self.collections[name]
+        except KeyError:
+            raise StoreError(
+                f"view {self.view} has no collection {name!r}"
+                f" (it has {', '.join(sorted(self.collections))})"
+            ) from None
+
+    def _live_target(self) -> str | None:
+        try:
+            return os.readlink(self.base / LIVE)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"view {self.view}: {self.base / LIVE} is not a symlink") from exc
+
+    # -- documents -----------------------------------------------------------------------
+
+    def entry_doc(
+        self, collection: str, key: str, fields: Mapping[str, Any], position: int, applied: int
+    ) -> tantivy.Document:
+        """An entry's document (ValueError: a search field's value does not fit its kind)."""
+        doc: dict[str, Any] = {
+            UID: uid(ENTRY, collection, key),
+            COLLECTION: collection,
+            KEY: key,
+            KIND: ENTRY,
+            POSITION: position,
+            APPLIED: applied,
+            FIELDS: fields_json(fields).encode(),
+        }
+        for lookup in self._collection(collection).lookups:
+            value = fields.get(lookup)
+            if value is not None:
+                doc[LOOKUP_PREFIX + lookup] = lookup_text(value)
+        for name, field in self.search_fields.items():
+            value = fields.get(name)
+            if value is not None:
+                doc[name] = search_value(field, value)
+        return tantivy.Document.from_dict(doc, self.schema)
+
+    def tomb_doc(self, collection: str, key: str, position: int) -> tantivy.Document:
+        return tantivy.Document.from_dict(
+            {
+                UID: uid(TOMB, collection, key),
+                COLLECTION: collection,
+                KEY: key,
+                KIND: TOMB,
+                POSITION: position,
+            },
+            self.schema,
+        )
+
+    # -- generations ---------------------------------------------------------------------
+
+    def live_generation(self) -> str:
+        from connectors.stores.base import new_generation
+
+        target = self._live_target()
+        if target is not None:
+            return target
+        generation = new_generation()
+        self._create(generation)
+        try:
+            os.symlink(generation, self.base / LIVE)
+        except FileExistsError:  # another process made one first: use it
+            self._remove(generation)
+            target = self._live_target()
+            assert target is not None
+            return target
+        _fsync_dir(self.base)
+        return generation
+
+    def _create(self, generation: str) -> None:
+        """An empty index with an empty ledger, built aside and renamed into place."""
+        folder = self.folder(generation)
+        self.base.mkdir(parents=True, exist_ok=True)
+        work = self.base / f".tmp-{generation}-{uuid.uuid4().hex[:8]}"
+        work.mkdir()
+        try:
+            with _tantivy_errors(f"view {self.view}: cannot create generation {generation}"):
+                index = tantivy.Index(self.schema, path=str(work))
+                index.config_reader("manual")
+                writer = index.writer(heap_size=WRITER_HEAP, num_threads=1)
+                writer.add_document(_ledger_doc(self.schema, Commit.empty(self.view, generation)))
+                writer.commit()
+                writer.wait_merging_threads()
+                del writer, index
+            os.rename(work, folder)
+            _fsync_dir(self.base)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+
+    def _remove(self, generation: str) -> None:
+        """Delete a generation's folder (renamed aside first, so the name is free at once)."""
+        folder = self.folder(generation)
+        if not folder.exists():
+            return
+        retired = self.base / f".retired-{generation}-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(folder, retired)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(retired, ignore_errors=True)
+
+    def _forget(self, generation: str) -> None:
+        """Drop this object's writer and reader of a generation about to be deleted."""
+        with self._lock:
+            slot = self._slots.pop(generation, None)
+            self._readers.pop(generation, None)
+        if slot is not None:
+            slot.discard()
+
+    def committed(self, generation: str) -> Commit:
+        return self._read(
+            generation,
+            lambda index, searcher: _read_ledger(index.schema, searcher, self.view, generation),
+            Commit.empty(self.view, generation),
+        )
+
+    def writer(
+        self, generation: str, *, live: bool, hooks: CommitHooks | None = None
+    ) -> "TantivyWriter":
+        return TantivyWriter(
+            self, self._acquire(generation), live=live, hooks=hooks or CommitHooks()
+        )
+
+    def _acquire(self, generation: str) -> _WriterSlot:
+        folder = self.folder(generation)
+        with self._lock:
+            slot = self._slots.get(generation)
+            if slot is None:
+                slot = self._slots[generation] = _WriterSlot(generation, folder)
+            slot.users += 1
+            return slot
+
+    def _release(self, slot: _WriterSlot) -> None:
+        with self._lock:
+            slot.users -= 1
+            last = slot.users <= 0
+            if last and self._slots.get(slot.generation) is slot:
+                del self._slots[slot.generation]
+        if last:
+            slot.discard()
+
+    def prepare(self, generation: str) -> None:
+        self.discard(generation)
+        self._create(generation)
+
+    def generations(self) -> set[str]:
+        try:
+            names = os.listdir(self.base)
+        except FileNotFoundError:
+            return set()
+        return {
+            n for n in names if n != LIVE and not n.startswith(".") and (self.base / n).is_dir()
+        }
+
+    def discard(self, generation: str) -> None:
+        self.folder(generation)
+        if self._live_target() == generation:
+            raise StoreError(f"view {self.view}: generation {generation} is live; not dropped")
+        self._forget(generation)
+        self._remove(generation)
+
+    def swap_in(self, generation: str) -> str | None:
+        folder = self.folder(generation)
+        if not folder.is_dir():
+            raise StoreError(
+                f"view {self.view}: generation {generation} does not exist ({folder}); not swapped"
+            )
+        previous = self._live_target()
+        if previous == generation:
+            return previous
+        link = self.base / f".live-{uuid.uuid4().hex[:8]}"
+        os.symlink(generation, link)
+        try:
+            os.replace(link, self.base / LIVE)
+        except BaseException:
+            link.unlink(missing_ok=True)
+            raise
+        _fsync_dir(self.base)
+        if previous is not None and _GENERATION.fullmatch(previous) and previous != LIVE:
+            self._forget(previous)
+            self._remove(previous)
+        return previous
+
+    # -- reads -------------------------------------------------------------------------
+
+    def _reader(self, generation: str) -> tantivy.Index:
+        with self._lock:
+            index = self._readers.get(generation)
+        if index is not None:
+            return index
+        folder = self.folder(generation)
+        if not folder.is_dir():
+            raise StoreError(f"view {self.view}: generation {generation} does not exist ({folder})")
+        with _tantivy_errors(f"view {self.view}: cannot open generation {generation}"):
+            index = tantivy.Index.open(str(folder))
+            index.config_reader("manual")
+        with self._lock:
+            return self._readers.setdefault(generation, index)
+
+    def _snapshot(self, generation: str) -> tuple[tantivy.Index, tantivy.Searcher]:
+        """The generation's index and a searcher of its last commit (a consistent snapshot)."""
+        index = self._reader(generation)
+        try:
+            with _tantivy_errors(f"view {self.view}: cannot read generation {generation}"):
+                index.reload()
+                return index, index.searcher()
+        except StoreError:
+            with self._lock:
+                if self._readers.get(generation) is index:
+                    del self._readers[generation]
+            raise
+
+    def _read(
+        self,
+        generation: str | None,
+        read: Callable[[tantivy.Index, tantivy.Searcher], T],
+        empty: T,
+    ) -> T:
+        """``read`` on a snapshot of ``generation`` (None: the live one, followed across a swap
+        that happens meanwhile; ``empty`` when the view has no live generation yet)."""
+        if generation is not None:
+            index, searcher = self._snapshot(generation)
+            with _tantivy_errors(f"view {self.view}: reading generation {generation} failed"):
+                return read(index, searcher)
+        for attempt in range(5):
+            target = self._live_target()
+            if target is None:
+                return empty
+            with self._lock:
+                seen, self._live_seen = self._live_seen, target
+                if seen is not None and seen != target:
+                    self._readers.pop(seen, None)
+            try:
+                index, searcher = self._snapshot(target)
+            except StoreError:
+                if attempt < 4 and self._live_target() != target:
+                    continue  # swapped (and the old folder deleted) meanwhile: read the new one
+                raise
+            with _tantivy_errors(f"view {self.view}: reading generation {target} failed"):
+                return read(index, searcher)
+        raise AssertionError("unreachable")
+
+    def get(self, collection: str, key: str, generation: str | None = None) -> Entry | None:
+        self._collection(collection)
+
+        def read(index: tantivy.Index, searcher: tantivy.Searcher) -> Entry | None:
+            query = tantivy.Query.term_query(index.schema, UID, uid(ENTRY, collection, key))
+            hits = searcher.search(query, 1).hits
+            return _entry_of(searcher.doc(hits[0][1])) if hits else None
+
+        return self._read(generation, read, None)
+
+    def scan(self, collection: str, generation: str | None = None) -> list[Entry]:
+        self._collection(collection)
+
+        def read(index: tantivy.Index, searcher: tantivy.Searcher) -> list[Entry]:
+            query = _must(
+                tantivy.Query.term_query(index.schema, COLLECTION, collection),
+                tantivy.Query.term_query(index.schema, KIND, ENTRY),
+            )
+            entries = [_entry_of(doc) for doc in _all_hits(searcher, query)]
+            return sorted(entries, key=lambda e: e.key)
+
+        return self._read(generation, read, [])
+
+    def search(
+        self,
+        text: str,
+        fields: Sequence[str],
+        *,
+        collection: str,
+        limit: int = 10,
+        generation: str | None = None,
+    ) -> list[tuple[float, Entry]]:
+        """Live entries of ``collection`` whose search ``fields`` hold words of ``text``,
+        best first (BM25); ``fields`` empty: every text and keyword search field."""
+        self._collection(collection)
+        names = list(fields) or [
+            f.name for f in self.search_fields.values() if f.kind in ("text", "keyword")
+        ]
+        unknown = [name for name in names if name not in self.search_fields]
+        if unknown:
+            raise StoreError(
+                f"view {self.view}: {', '.join(unknown)} not among the search fields"
+                f" ({', '.join(self.search_fields) or 'none declared'})"
+            )
+        words = search_words(text)
+        if words is None or not names or limit <= 0:
+            return []
+
+        def read(index: tantivy.Index, searcher: tantivy.Searcher) -> list[tuple[float, Entry]]:
+            parsed, _errors = index.parse_query_lenient(words, default_field_names=names)
+            query = _must(
+                parsed,
+                tantivy.Query.const_score_query(
+                    tantivy.Query.term_query(index.schema, COLLECTION, collection), 0.0
+                ),
+                tantivy.Query.const_score_query(
+                    tantivy.Query.term_query(index.schema, KIND, ENTRY), 0.0
+                ),
+            )
+            hits = searcher.search(query, limit).hits
+            return [(float(score), _entry_of(searcher.doc(address))) for score, address in hits]
+
+        return self._read(generation, read, [])
+
+    def describe(self) -> str:
+        return f"tantivy {self.base}"
+
+    def close(self) -> None:
+        with self._lock:
+            slots = list(self._slots.values())
+            self._slots.clear()
+            self._readers.clear()
+            self._live_seen = None
+        for slot in slots:
+            slot.discard()
+
+
+# -- the writer -----------------------------------------------------------------------------
+
+
+class TantivyWriter:
+    """Applies batches to one generation of a tantivy view store."""
+
+    def __init__(
+        self, store: TantivyStore, slot: _WriterSlot, *, live: bool, hooks: CommitHooks
+    ) -> None:
+        self.store = store
+        self.generation = slot.generation
+        self.live = live
+        self.hooks = hooks
+        self._slot: _WriterSlot | None = slot
+
+    def committed(self) -> Commit:
+        return self.store.committed(self.generation)
+
+    def close(self) -> None:
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            self.store._release(slot)
+
+    def _check_live(self) -> None:
+        live = self.store._live_target()
+        if live != self.generation:
+            raise StaleGenerationError(
+                f"view {self.store.view} was rebuilt (live generation {live}, this job runs"
+                f" {self.generation}); restart the job to continue from the new generation"
+            )
+
+    def apply(self, batch: Batch, on_rejected: RejectHandler | None = None) -> bool:
+        check_unique(batch.writes)
+        if self._slot is None:  # used after close: take a slot again
+            self._slot = self.store._acquire(self.generation)
+        slot = self._slot
+        with slot.lock:
+            if self.live:
+                self._check_live()
+            try:
+                done = self._apply(slot, batch, on_rejected)
+            except BaseException as exc:
+                slot.discard()
+                if (
+                    isinstance(exc, StoreError)
+                    and self.live
+                    and not isinstance(exc, StaleGenerationError)
+                ):
+                    self._check_live()  # the folder went away with a swap: say so
+                raise
+        if done and self.hooks.after_commit is not None:
+            self.hooks.after_commit(batch.batch_id)
+        return done
+
+    def _apply(self, slot: _WriterSlot, batch: Batch, on_rejected: RejectHandler | None) -> bool:
+        store, view = self.store, self.store.view
+        index, writer = slot.open(store)
+        failed = f"view {view}: batch {batch.batch_id} failed"
+        with _tantivy_errors(failed):
+            index.reload()
+            searcher = index.searcher()
+            commit = _read_ledger(store.schema, searcher, view, self.generation)
+        if covers(commit.offsets, batch.offsets):
+            return False
+        if batch.start is not None:
+            problems = gaps(commit.offsets, batch.start)
+            if problems:
+                raise LedgerGapError(
+                    f"view {view}: batch {batch.batch_id} does not continue from the"
+                    f" store ({'; '.join(problems)})"
+                )
+        unit = TantivyTxn(store, searcher)
+        with _tantivy_errors(failed):
+            unit.load([(w.collection, w.key) for w in batch.writes])
+        rejected: list[Rejected] = []
+        applied: list[Applied] = []
+        for write in batch.writes:
+            ident = (write.collection, write.key)
+            entry, tomb = unit.entry(ident), unit.tomb(ident)
+            stored = [p for p in (entry.position if entry else None, tomb) if p is not None]
+            floor = max(stored) if stored else None
+            if floor is not None and write.position <= floor:
+                continue
+            before = None if entry is None else entry.fields
+            if isinstance(write, Put):
+                count = applied_count(floor, entry.applied if entry else 0, write)
+                try:
+                    doc = store.entry_doc(
+                        write.collection, write.key, write.fields, write.position, count
+                    )
+                except ValueError as exc:
+                    rejected.append(Rejected(write, f"{type(exc).__name__}: {exc}"))
+                    continue
+                unit.stage(write.collection, write.key, write.fields, write.position, count, doc)
+                if tomb is not None:
+                    unit.stage_tomb(write.collection, write.key, None)
+            else:
+                if entry is not None:
+                    unit.stage(write.collection, write.key, None, 0, 0, None)
+                with _tantivy_errors(failed):
+                    marker = store.tomb_doc(write.collection, write.key, write.position)
+                unit.stage_tomb(write.collection, write.key, (write.position, marker))
+            applied.append(Applied(write, before))
+        run_materializer(store.materializer, unit, applied)
+        ledger = Commit(
+            view,
+            self.generation,
+            batch.batch_id,
+            merge_offsets(commit.offsets, batch.offsets),
+            commit.batches + 1,
+        )
+        with _tantivy_errors(failed):
+            for term, new in unit.changes():
+                writer.delete_documents_by_term(UID, term)
+                if new is not None:
+                    writer.add_document(new)
+            writer.delete_documents_by_term(UID, LEDGER_UID)
+            writer.add_document(_ledger_doc(store.schema, ledger))
+        if rejected and on_rejected is not None:
+            on_rejected(rejected)
+        if self.hooks.before_commit is not None:
+            self.hooks.before_commit(batch.batch_id)
+        if self.live:
+            self._check_live()
+        with _tantivy_errors(f"{failed} (the batch is retried when the job restarts)"):
+            writer.commit()
+        return True
+
+
+# -- the materializer's view of a batch ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """An entry a unit wrote: its fields as JSON, position, count and lookup texts."""
+
+    collection: str
+    key: str
+    fields: str
+    position: int
+    applied: int
+    lookups: dict[str, str]
+
+    def entry(self) -> Entry:
+        return Entry(
+            self.collection, self.key, json.loads(self.fields), self.position, self.applied
+        )
+
+
+_Pending = _Staged | None  # None: deleted in this unit
+
+
+class TantivyTxn:
+    """One batch's pending writes over a searcher of the last commit (the
+    :class:`~connectors.stores.base.StoreTxn` of the tantivy store): reads see the unit's own
+    writes first."""
+
+    def __init__(self, store: TantivyStore, searcher: tantivy.Searcher) -> None:
+        self.store = store
+        self.searcher = searcher
+        self._stored: dict[tuple[str, str], Entry | None] = {}
+        self._tombs: dict[tuple[str, str], int | None] = {}
+        self._pending: dict[tuple[str, str], _Pending] = {}
+        self._docs: dict[str, tantivy.Document | None] = {}  # uid -> new document (None: gone)
+
+    # -- stored state ------------------------------------------------------------------
+
+    def load(self, idents: Sequence[tuple[str, str]]) -> None:
+        """Read the stored entries and tombstones of ``idents`` (a batch's keys) at once."""
+        todo = [i for i in idents if i not in self._stored]
+        for ident in todo:
+            self._stored[ident] = None
+            self._tombs[ident] = None
+        terms = [uid(kind, c, k) for c, k in todo for kind in (ENTRY, TOMB)]
+        for start in range(0, len(terms), _UID_CHUNK):
+            chunk = terms[start : start + _UID_CHUNK]
+            query = tantivy.Query.term_set_query(self.store.schema, UID, chunk)
+            for _score, address in self.searcher.search(query, len(chunk)).hits:
+                doc = self.searcher.doc(address)
+                ident = (str(doc.get_first(COLLECTION)), str(doc.get_first(KEY)))
+                if doc.get_first(KIND) == TOMB:
+                    self._tombs[ident] = int(doc.get_first(POSITION) or 0)
+                else:
+                    self._stored[ident] = _entry_of(doc)
+
+    def entry(self, ident: tuple[str, str]) -> Entry | None:
+        """The entry as the unit sees it (its own writes first)."""
+        if ident in self._pending:
+            pending = self._pending[ident]
+            return None if pending is None else pending.entry()
+        if ident not in self._stored:
+            self.load([ident])
+        return self._stored[ident]
+
+    def tomb(self, ident: tuple[str, str]) -> int | None:
+        if ident not in self._tombs:
+            self.load([ident])
+        return self._tombs[ident]
+
+    # -- staging -----------------------------------------------------------------------
+
+    def stage(
+        self,
+        collection: str,
+        key: str,
+        fields: Mapping[str, Any] | None,
+        position: int,
+        applied: int,
+        doc: tantivy.Document | None,
+    ) -> None:
+        """The entry of ``key`` after this unit (fields None: deleted)."""
+        ident = (collection, key)
+        if fields is None:
+            self._pending[ident] = None
+        else:
+            lookups = {
+                name: lookup_text(fields[name])
+                for name in self.store._collection(collection).lookups
+                if fields.get(name) is not None
+            }
+            self._pending[ident] = _Staged(
+                collection, key, fields_json(fields), position, applied, lookups
+            )
+        self._docs[uid(ENTRY, collection, key)] = doc
+
+    def stage_tomb(
+        self, collection: str, key: str, tomb: tuple[int, tantivy.Document] | None
+    ) -> None:
+        self._tombs[(collection, key)] = None if tomb is None else tomb[0]
+        self._docs[uid(TOMB, collection, key)] = None if tomb is None else tomb[1]
+
+    def changes(self) -> list[tuple[str, tantivy.Document | None]]:
+        """Every uid the unit replaces or deletes, with its new document (None: deleted)."""
+        return list(self._docs.items())
+
+    # -- StoreTxn --------------------------------------------------------------------------
+
+    def get(self, collection: str, key: str) -> Entry | None:
+        self.store._collection(collection)
+        return self.entry((collection, key))
+
+    def find(self, collection: str, field: str, value: Any) -> list[Entry]:
+        if field not in self.store._collection(collection).lookups:
+            raise StoreError(
+                f"view {self.store.view}: {field} is not a lookup of {collection}"
+                " (declare it in the collection's lookups)"
+            )
+        text = lookup_text(value)
+        schema = self.store.schema
+        query = _must(
+            tantivy.Query.term_query(schema, LOOKUP_PREFIX + field, text),
+            tantivy.Query.term_query(schema, COLLECTION, collection),
+            tantivy.Query.term_query(schema, KIND, ENTRY),
+        )
+        with _tantivy_errors(f"view {self.store.view}: find {collection}.{field} failed"):
+            docs = _all_hits(self.searcher, query)
+        found: dict[str, Entry] = {}
+        for doc in docs:
+            key = str(doc.get_first(KEY))
+            if (collection, key) not in self._pending:
+                found[key] = _entry_of(doc)
+        for (c, key), pending in self._pending.items():
+            if c == collection and pending is not None and pending.lookups.get(field) == text:
+                found[key] = pending.entry()
+        return [found[key] for key in sorted(found)]
+
+    def put(self, collection: str, key: str, fields: Mapping[str, Any]) -> None:
+        existing = self.get(collection, key)
+        position, applied = (0, 0) if existing is None else (existing.position, existing.applied)
+        try:
+            doc = self.store.entry_doc(collection, key, fields, position, applied)
+        except ValueError as exc:
+            raise StoreError(
+                f"view {self.store.view}: the materializer's write to {collection}/{key} does"
+                f" not fit the index: {exc}"
+            ) from exc
+        self.stage(collection, key, fields, position, applied, doc)
+
+    def delete(self, collection: str, key: str) -> None:
+        self.store._collection(collection)
+        self.stage(collection, key, None, 0, 0, None)

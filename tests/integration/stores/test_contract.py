@@ -1,0 +1,289 @@
+"""The store contract: every view store (PostgreSQL, Redis, tantivy, Kafka) passes these tests.
+
+- a batch whose offsets the store already reached is skipped whole;
+- a write at or below the key's stored position changes nothing (applied counts included),
+  and an old insert cannot bring back a deleted key;
+- a batch that starts past what the store reached is refused;
+- a crash between the data and the ledger is impossible: killed (SIGKILL) just before the
+  commit, the store shows neither; the batch then applies exactly once;
+- the materializer runs in the same atomic unit and sees the unit's own writes;
+- a swap is atomic for readers; discarding a shadow leaves the live generation alone; a live
+  writer of a replaced generation stops.
+"""
+
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from connectors.errors import LedgerGapError, StaleGenerationError
+from connectors.stores.base import CommitHooks, ViewStore
+from connectors.stores.model import Batch, Delete, Entry, Put, Rejected
+from tests.integration.conftest import Endpoints
+from tests.integration.stores.backends import KINDS, StoreSpec, build
+
+ROOT = Path(__file__).resolve().parents[3]
+TOPIC = "contract.source"
+
+
+def offsets(end: int, partition: int = 0) -> dict[str, dict[str, int]]:
+    return {TOPIC: {str(partition): end}}
+
+
+def item(key: str, position: int, group: str, value: int, **kw: Any) -> Put:
+    return Put("items", key, position, {"group": group, "v": value}, **kw)
+
+
+def state(
+    store: ViewStore, collection: str = "items", generation: str | None = None
+) -> dict[str, Any]:
+    return {e.key: e.fields for e in store.scan(collection, generation)}
+
+
+def counts(store: ViewStore) -> dict[str, int]:
+    return {e.key: e.applied for e in store.scan("items")}
+
+
+@pytest.fixture(params=KINDS)
+def spec(request: pytest.FixtureRequest, stack: Endpoints, tmp_path: Path) -> StoreSpec:
+    return StoreSpec(
+        kind=request.param,
+        view=f"contract-{uuid.uuid4().hex[:8]}",
+        postgres_dsn=stack.postgres_dsn,
+        redis_url=stack.redis_url,
+        bootstrap_servers=stack.bootstrap_servers,
+        root=str(tmp_path / "stores"),
+    )
+
+
+@pytest.fixture
+def store(spec: StoreSpec) -> Iterator[ViewStore]:
+    out = build(spec)
+    yield out
+    for generation in out.generations():
+        if generation != out.live_generation():
+            out.discard(generation)
+    out.close()
+
+
+def test_a_batch_is_applied_with_its_ledger(store: ViewStore) -> None:
+    gen = store.live_generation()
+    writer = store.writer(gen, live=True)
+    assert writer.committed().batch_id == -1
+    batch = Batch(0, offsets(2), [item("a", 10, "x", 1), item("b", 11, "x", 2)])
+    assert writer.apply(batch)
+    assert state(store) == {"a": {"group": "x", "v": 1}, "b": {"group": "x", "v": 2}}
+    commit = store.committed(gen)
+    assert (commit.batch_id, commit.offsets, commit.batches) == (0, offsets(2), 1)
+    assert store.get("items", "a") == Entry("items", "a", {"group": "x", "v": 1}, 10, 1)
+    assert store.get("items", "zz") is None
+    writer.close()
+    # A new store object (a restarted job) reads the same ledger.
+    assert store.writer(gen, live=True).committed().offsets == offsets(2)
+
+
+def test_a_batch_whose_offsets_are_reached_is_skipped_whole(store: ViewStore) -> None:
+    writer = store.writer(store.live_generation(), live=True)
+    assert writer.apply(Batch(0, offsets(1), [item("a", 10, "x", 1)]))
+    assert writer.apply(Batch(1, offsets(2), [item("a", 11, "x", 2, changes=(11,))]))
+    # Spark re-runs the batch after a crash (or an old checkpoint replays it): nothing changes.
+    assert not writer.apply(Batch(1, offsets(2), [item("a", 11, "x", 2, changes=(11,))]))
+    assert not writer.apply(Batch(7, offsets(2), [item("a", 99, "y", 9)]))
+    assert state(store) == {"a": {"group": "x", "v": 2}}
+    assert counts(store) == {"a": 2}
+    assert store.committed(store.live_generation()).batches == 2
+
+
+def test_writes_at_or_below_the_stored_position_change_nothing(store: ViewStore) -> None:
+    writer = store.writer(store.live_generation(), live=True)
+    writer.apply(Batch(0, offsets(2), [item("a", 10, "x", 1, fresh=True), item("b", 12, "x", 1)]))
+    writer.apply(Batch(1, offsets(4), [item("a", 20, "x", 2), Delete("items", "b", 30)]))
+    # Re-sent old records in later batches: an old update, an old insert of the deleted key.
+    writer.apply(
+        Batch(
+            2, offsets(6), [item("a", 15, "y", 7, changes=(15,)), item("b", 12, "x", 1, fresh=True)]
+        )
+    )
+    assert state(store) == {"a": {"group": "x", "v": 2}}
+    assert counts(store) == {"a": 2}
+    # A newer insert of the deleted key brings it back, counted from one.
+    writer.apply(Batch(3, offsets(7), [item("b", 40, "z", 5, fresh=True)]))
+    assert state(store)["b"] == {"group": "z", "v": 5}
+    assert counts(store)["b"] == 1
+
+
+def test_applied_counts_count_only_changes_above_the_stored_position(store: ViewStore) -> None:
+    writer = store.writer(store.live_generation(), live=True)
+    writer.apply(Batch(0, offsets(2), [item("a", 12, "x", 1, changes=(10, 12), fresh=True)]))
+    assert counts(store) == {"a": 2}
+    # Redelivered changes 10 and 12 folded with a new 14: only 14 counts.
+    writer.apply(Batch(1, offsets(5), [item("a", 14, "x", 3, changes=(10, 12, 14), fresh=True)]))
+    assert counts(store) == {"a": 3}
+    # Deleted and created again in one batch: the count restarts.
+    writer.apply(Batch(2, offsets(8), [item("a", 30, "x", 4, changes=(25, 30), fresh=True)]))
+    assert counts(store) == {"a": 2}
+
+
+def test_a_batch_that_leaves_a_gap_is_refused(store: ViewStore) -> None:
+    writer = store.writer(store.live_generation(), live=True)
+    writer.apply(Batch(0, offsets(5), [item("a", 10, "x", 1)]))
+    with pytest.raises(LedgerGapError, match=r"contract.source\[0\]"):
+        writer.apply(Batch(1, offsets(9), [item("b", 20, "x", 1)], start=offsets(7)))
+    assert state(store) == {"a": {"group": "x", "v": 1}}
+    # A batch that starts below what the store reached is fine (its old records were filtered).
+    assert writer.apply(Batch(2, offsets(9), [item("b", 20, "x", 1)], start=offsets(3)))
+    assert store.committed(store.live_generation()).offsets == offsets(9)
+
+
+def test_the_materializer_runs_in_the_unit_and_sees_its_writes(store: ViewStore) -> None:
+    writer = store.writer(store.live_generation(), live=True)
+    writer.apply(
+        Batch(0, offsets(3), [item("a", 1, "x", 1), item("b", 2, "x", 1), item("c", 3, "y", 1)])
+    )
+    assert state(store, "groups") == {"x": {"count": 2}, "y": {"count": 1}}
+    writer.apply(Batch(1, offsets(5), [item("a", 4, "y", 1), Delete("items", "c", 5)]))
+    assert state(store, "groups") == {"x": {"count": 1}, "y": {"count": 1}}
+    writer.apply(Batch(2, offsets(6), [Delete("items", "b", 6)]))
+    assert state(store, "groups") == {"y": {"count": 1}}
+    # Re-sent (stale) writes do not reach the materializer: counts stay exact.
+    writer.apply(Batch(3, offsets(8), [item("b", 2, "x", 1), item("c", 3, "y", 1)]))
+    assert state(store, "groups") == {"y": {"count": 1}}
+
+
+def test_a_failing_batch_leaves_neither_data_nor_ledger(store: ViewStore) -> None:
+    gen = store.live_generation()
+    writer = store.writer(gen, live=True)
+    writer.apply(Batch(0, offsets(1), [item("a", 1, "x", 1)]))
+
+    def crash(_batch_id: int) -> None:
+        raise RuntimeError("crash just before the commit")
+
+    failing = store.writer(gen, live=True, hooks=CommitHooks(before_commit=crash))
+    with pytest.raises(RuntimeError, match="crash just before"):
+        failing.apply(Batch(1, offsets(3), [item("a", 2, "y", 2), item("b", 3, "y", 1)]))
+    failing.close()
+    assert state(store) == {"a": {"group": "x", "v": 1}}
+    assert state(store, "groups") == {"x": {"count": 1}}
+    assert store.committed(gen).offsets == offsets(1)
+    again = store.writer(gen, live=True)
+    assert again.apply(Batch(1, offsets(3), [item("a", 2, "y", 2), item("b", 3, "y", 1)]))
+    assert counts(store) == {"a": 2, "b": 1}
+    assert state(store, "groups") == {"y": {"count": 2}}
+
+
+def test_kill_9_between_data_and_ledger_leaves_neither(spec: StoreSpec, store: ViewStore) -> None:
+    gen = store.live_generation()
+    writer = store.writer(gen, live=True)
+    writer.apply(Batch(0, offsets(1), [item("a", 1, "x", 1)]))
+    writer.close()
+    batch = {
+        "generation": gen,
+        "batch_id": 1,
+        "offsets": offsets(3),
+        "writes": [
+            {"key": "a", "position": 2, "fields": {"group": "y", "v": 2}},
+            {"key": "b", "position": 3, "fields": {"group": "y", "v": 1}},
+        ],
+    }
+    import json
+
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.stores.backends",
+            spec.to_json(),
+            json.dumps(batch),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=120,
+    )
+    assert child.returncode == -9, child.stderr.decode()[-2000:]
+    reopened = build(spec)
+    try:
+        assert state(reopened) == {"a": {"group": "x", "v": 1}}
+        assert state(reopened, "groups") == {"x": {"count": 1}}
+        assert reopened.committed(gen).offsets == offsets(1)
+        again = reopened.writer(gen, live=True)
+        assert again.apply(Batch(1, offsets(3), [item("a", 2, "y", 2), item("b", 3, "y", 1)]))
+        again.close()
+        assert counts(reopened) == {"a": 2, "b": 1}
+        assert state(reopened, "groups") == {"y": {"count": 2}}
+    finally:
+        reopened.close()
+
+
+def test_swap_is_atomic_for_readers_and_discard_leaves_live_alone(store: ViewStore) -> None:
+    live = store.live_generation()
+    store.writer(live, live=True).apply(
+        Batch(0, offsets(2), [item(f"k{i}", 1, "old", i) for i in range(50)])
+    )
+    shadow = "g" + uuid.uuid4().hex[:10]
+    store.prepare(shadow)
+    assert shadow in store.generations()
+    store.writer(shadow, live=False).apply(
+        Batch(0, offsets(3), [item(f"k{i}", 2, "new", i) for i in range(40)])
+    )
+    assert {f["group"] for f in state(store).values()} == {"old"}
+    assert len(state(store, generation=shadow)) == 40
+
+    # Discarding another shadow changes nothing live.
+    other = "g" + uuid.uuid4().hex[:10]
+    store.prepare(other)
+    store.writer(other, live=False).apply(Batch(0, offsets(1), [item("zz", 1, "other", 0)]))
+    store.discard(other)
+    assert other not in store.generations()
+    assert len(state(store)) == 50 and {f["group"] for f in state(store).values()} == {"old"}
+
+    seen: list[tuple[int, frozenset[str]]] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            snapshot = state(store)
+            seen.append((len(snapshot), frozenset(f["group"] for f in snapshot.values())))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        assert store.swap_in(shadow) == live
+    finally:
+        stop.set()
+        reader.join(30)
+    for _ in range(3):
+        snapshot = state(store)
+        seen.append((len(snapshot), frozenset(f["group"] for f in snapshot.values())))
+    # Every read saw the old view whole or the new view whole.
+    assert set(seen) <= {(50, frozenset({"old"})), (40, frozenset({"new"}))}
+    assert seen[-1] == (40, frozenset({"new"}))
+    assert store.live_generation() == shadow
+    assert store.committed(shadow).offsets == offsets(3)
+    assert state(store, "groups") == {"new": {"count": 40}}
+
+
+def test_a_live_writer_of_a_replaced_generation_stops(store: ViewStore) -> None:
+    live = store.live_generation()
+    writer = store.writer(live, live=True)
+    writer.apply(Batch(0, offsets(1), [item("a", 1, "x", 1)]))
+    shadow = "g" + uuid.uuid4().hex[:10]
+    store.prepare(shadow)
+    store.writer(shadow, live=False).apply(Batch(0, offsets(1), [item("a", 1, "x", 1)]))
+    store.swap_in(shadow)
+    with pytest.raises(StaleGenerationError):
+        writer.apply(Batch(1, offsets(2), [item("b", 2, "x", 1)]))
+    writer.close()
+    assert state(store) == {"a": {"group": "x", "v": 1}}
+
+
+def test_rejected_writes_are_reported_before_the_commit(store: ViewStore) -> None:
+    """A store that refuses no value still calls nothing; the batch applies whole."""
+    writer = store.writer(store.live_generation(), live=True)
+    got: list[Rejected] = []
+    assert writer.apply(Batch(0, offsets(1), [item("a", 1, "x", 1)]), on_rejected=got.extend)
+    assert got == [] and state(store) == {"a": {"group": "x", "v": 1}}
