@@ -45,7 +45,12 @@ def main(raw: str) -> None:
     def report(batch: BatchReport) -> None:
         if reports is not None:
             with reports.open("a") as out:
-                out.write(json.dumps({"batch_id": batch.batch_id, "applied": batch.applied}) + "\n")
+                line = {
+                    "batch_id": batch.batch_id,
+                    "applied": batch.applied,
+                    "records": batch.records,
+                }
+                out.write(json.dumps(line) + "\n")
 
     [spec] = configured_views(config).values()
     spark = spark_session("local[2]", "mirror-driver", driver_memory="1g")

@@ -1,0 +1,214 @@
+"""The whole pipeline, real parts only: PostgreSQL -> the Debezium connector -> Kafka -> the
+Spark mirror (`tributary run views`), with inserts, updates and deletes on a table of many
+types, a column added mid-stream, and the view process killed with kill -9 on the way."""
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.integration.cdc_process import CdcProcess
+from tests.integration.conftest import Endpoints
+from tests.integration.pipeline.views_process import ViewsProcess
+
+COLUMNS = """
+    id bigint PRIMARY KEY,
+    n integer NOT NULL,
+    big bigint,
+    amount numeric(12,3),
+    at timestamptz,
+    doc jsonb,
+    flag boolean,
+    tags text[],
+    day date,
+    ts3 timestamp(3),
+    ts6 timestamp,
+    raw bytea,
+    name text,
+    version integer NOT NULL
+"""
+
+
+class Workload:
+    """Random inserts, updates and deletes on the source table; ``version`` counts a row's
+    changes since its insert, so the mirror's applied count must equal it."""
+
+    def __init__(self, dsn: str, table: str, seed: int = 11) -> None:
+        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.table = table
+        self.rng = random.Random(seed)
+        self.next_id = 1
+        self.live: list[int] = []
+        self.done = 0
+        self.widened = False
+
+    def values(self) -> dict[str, Any]:
+        r = self.rng
+        return {
+            "n": r.randrange(-(2**31), 2**31),
+            "big": r.choice([None, r.randrange(-(2**62), 2**62)]),
+            "amount": r.choice([None, f"{r.randrange(-(10**8), 10**8)}.{r.randrange(1000):03d}"]),
+            "at": f"2026-0{r.randrange(1, 10)}-1{r.randrange(10)} 1{r.randrange(10)}:0"
+            f"{r.randrange(10)}:1{r.randrange(10)}.{r.randrange(10**6):06d}+0{r.randrange(10)}",
+            "doc": r.choice(['{"a": [1, 2, {"b": null}], "c": "x\\"y"}', "[1, 2]", '"text"', None]),
+            "flag": r.choice([True, False, None]),
+            "tags": r.choice([["a", "b c", 'q"uote'], [], None]),
+            "day": f"20{r.randrange(10, 40)}-0{r.randrange(1, 10)}-2{r.randrange(8)}",
+            "ts3": f"2025-05-05 05:05:05.{r.randrange(1000):03d}",
+            "ts6": f"1999-12-31 23:59:59.{r.randrange(10**6):06d}",
+            "raw": r.choice([bytes(r.randrange(256) for _ in range(r.randrange(12))), None]),
+            "name": r.choice(["plain", "ünïcode ✓", "", None]),
+        }
+
+    def step(self) -> None:
+        roll = self.rng.random()
+        if not self.live or roll < 0.35:
+            row_id, self.next_id = self.next_id, self.next_id + 1
+            values = self.values()
+            names = ", ".join(values)
+            marks = ", ".join(["%s"] * len(values))
+            self.conn.execute(
+                f"INSERT INTO {self.table} (id, {names}, version) VALUES (%s, {marks}, 1)",
+                (row_id, *values.values()),
+            )
+            self.live.append(row_id)
+        elif roll < 0.5:
+            row_id = self.live.pop(self.rng.randrange(len(self.live)))
+            self.conn.execute(f"DELETE FROM {self.table} WHERE id = %s", (row_id,))
+        else:
+            values = self.values()
+            if self.widened:
+                values["note"] = self.rng.choice(["after the ALTER", None])
+            sets = ", ".join(f"{k} = %s" for k in values)
+            self.conn.execute(
+                f"UPDATE {self.table} SET {sets}, version = version + 1 WHERE id = %s",
+                (*values.values(), self.rng.choice(self.live)),
+            )
+        self.done += 1
+
+    def widen(self) -> None:
+        self.conn.execute(f"ALTER TABLE {self.table} ADD COLUMN note varchar(40)")
+        self.widened = True
+
+
+def rows(dsn: str, table: str) -> dict[int, dict[str, Any]]:
+    with psycopg.connect(dsn) as conn:
+        cur = conn.execute(f"SELECT * FROM {table}")
+        names = [d.name for d in cur.description or ()]
+        return {r[0]: dict(zip(names, r, strict=True)) for r in cur.fetchall()}
+
+
+def column_types(dsn: str, schema: str, table: str) -> dict[str, str]:
+    with psycopg.connect(dsn) as conn:
+        found = conn.execute(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a"
+            " WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped",
+            (f'"{schema}"."{table}"',),
+        ).fetchall()
+    return {str(name): str(kind) for name, kind in found}
+
+
+def strip_meta(found: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    meta = ("_position", "_applied_count")
+    return {k: {c: v for c, v in r.items() if c not in meta} for k, r in found.items()}
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(1)
+
+
+@pytest.fixture
+def source(stack: Endpoints, unique: str) -> Iterator[str]:
+    table = f"pipe_{unique}"
+    with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE public.{table} ({COLUMNS})")
+    yield table
+    with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS public.{table}")
+        conn.execute(f"DROP SCHEMA IF EXISTS views_{table} CASCADE")
+
+
+def test_postgres_to_debezium_to_the_spark_mirror_survives_kill_9(
+    stack: Endpoints, connector_factory: Any, source: str, tmp_path: Path
+) -> None:
+    schema = f"views_{source}"
+    connector: CdcProcess = connector_factory([f"public.{source}"])
+    connector.start()
+    connector.wait_running()
+    views = ViewsProcess(
+        stack,
+        tmp_path / "views",
+        mirror_tables=f"public.{source}",
+        views_schema=schema,
+        view_max_offsets_per_trigger="300",
+    )
+    views.start()
+    workload = Workload(stack.postgres_dsn, f"public.{source}")
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            for i in range(2400):
+                if i == 1200:
+                    workload.widen()
+                workload.step()
+                if i % 50 == 0:
+                    time.sleep(0.05)
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        mirror = f"{schema}.public_{source}"
+        wait_for(lambda: workload.done > 700, 120, "the workload to get going")
+
+        def mirrored_some() -> bool:
+            try:
+                return len(rows(stack.postgres_dsn, mirror)) > 10
+            except psycopg.Error:
+                return False
+
+        wait_for(mirrored_some, 180, "the first rows in the mirror")
+        assert views.alive(), views.output()
+        views.kill9()  # mid-workload, most likely inside a batch
+        time.sleep(2)
+        views.start()
+        writer.join(600)
+        assert not errors, errors
+        source_rows = rows(stack.postgres_dsn, f"public.{source}")
+
+        def converged() -> bool:
+            assert views.alive(), views.output()
+            try:
+                got = rows(stack.postgres_dsn, mirror)
+            except psycopg.Error:
+                return False
+            return strip_meta(got) == source_rows
+
+        wait_for(converged, 300, "the mirror to equal the source table")
+        mirrored = rows(stack.postgres_dsn, mirror)
+        assert len(mirrored) > 100
+        # Same types as the source, column added mid-stream included; applied counts exact.
+        source_types = column_types(stack.postgres_dsn, "public", source)
+        assert "note" in source_types
+        assert column_types(stack.postgres_dsn, schema, f"public_{source}") == {
+            **source_types,
+            "_position": "bigint",
+            "_applied_count": "bigint",
+        }
+        assert {k: r["_applied_count"] for k, r in mirrored.items()} == {
+            k: r["version"] for k, r in source_rows.items()
+        }
+        assert any(r["note"] == "after the ALTER" for r in mirrored.values())
+    finally:
+        views.stop()
+        connector.stop()
