@@ -7,12 +7,13 @@ Topics (``v`` the view, ``c`` a collection, ``g`` a generation):
 
 - output topics: ``views.v.c`` (or the configured name) per collection, for the live generation,
   kept whole (``cleanup.policy=delete``, ``retention.ms=-1``: compaction could drop a committed
-  record whose key has a later, uncommitted one past the bound); a shadow generation ``g`` writes ``views.v.c.g``. A record's key is the entry key
-  (UTF-8), its value the compact JSON of the fields, or no value (a tombstone) for a deleted key;
-  headers ``tributary.position`` (the entry's position; a tombstone's keeps a deleted key's
-  position, so an old insert cannot bring it back), ``tributary.applied``,
-  ``tributary.generation`` and ``tributary.batch``. Keys are placed as Java clients place them
-  (murmur2), so :meth:`KafkaStore.get` reads one partition;
+  record whose key has a later, uncommitted one past the bound); a shadow generation ``g``
+  writes ``views.v.c.g``. A record's key is the entry key (UTF-8), its value the compact JSON
+  of the fields, or no value (a tombstone) for a deleted key; headers ``tributary.position``
+  (the entry's position; a tombstone's keeps a deleted key's position, so an old insert cannot
+  bring it back), ``tributary.applied``, ``tributary.generation`` and ``tributary.batch``.
+  Keys are placed as Java clients place them (murmur2), so :meth:`KafkaStore.get` reads one
+  partition;
 - the ledger topic (``_tributary_ledger``, compacted, one partition, shared by every view of
   every Kafka store): JSON values keyed ``v\\x1flive`` for the live generation and ``v\\x1fg``
   for each shadow ``g``: the generation, the last batch and the offsets it reached, and per
