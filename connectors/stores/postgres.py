@@ -423,6 +423,7 @@ class PostgresWriter:
                 if self.hooks.before_commit is not None:
                     self.hooks.before_commit(batch.batch_id)
         except (StaleGenerationError, LedgerGapError):
+            self._ready.clear()
             raise
         except psycopg.Error as exc:
             self.close()
@@ -430,6 +431,9 @@ class PostgresWriter:
                 f"view {view}: batch {batch.batch_id} failed: {exc}"
                 " (the batch is retried when the job restarts)"
             ) from exc
+        except BaseException:
+            self._ready.clear()  # the transaction rolled back, table creations included
+            raise
         if self.hooks.after_commit is not None:
             self.hooks.after_commit(batch.batch_id)
         return True
@@ -461,6 +465,7 @@ class PostgresWriter:
             with conn.transaction():
                 return self._write_all(conn, writes)
         except psycopg.Error as exc:
+            self._ready.clear()  # tables created in the rolled-back savepoint are gone
             if not _is_data_error(exc):
                 raise
         applied: list[Applied] = []
@@ -469,6 +474,7 @@ class PostgresWriter:
                 with conn.transaction():
                     applied.extend(self._write_all(conn, [write]))
             except psycopg.Error as exc:
+                self._ready.clear()
                 if not _is_data_error(exc):
                     raise
                 rejected.append(Rejected(write, f"{type(exc).__name__}: {exc}".strip()))

@@ -53,7 +53,12 @@ def main(raw: str) -> None:
                 out.write(json.dumps(line) + "\n")
 
     [spec] = configured_views(config).values()
-    spark = spark_session("local[2]", "mirror-driver", driver_memory="1g")
+    spark = spark_session(
+        cfg.get("master", "local[2]"),
+        "mirror-driver",
+        driver_memory="1g",
+        conf={"spark.executor.memory": "512m", "spark.cores.max": "2"},
+    )
     job = ViewJob(
         spark,
         spec,
@@ -65,6 +70,9 @@ def main(raw: str) -> None:
     query = job.start(available_now=True)
     query.awaitTermination()
     job.close()
+    if cfg.get("executors_file"):  # block managers: the driver's and each executor's
+        executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()
+        Path(cfg["executors_file"]).write_text(str(executors))
     spark.stop()
 
 

@@ -96,3 +96,32 @@ def test_poison_records_go_to_the_dlq_and_the_mirror_converges(
     assert "without an 'after' row" in reasons[b'{"id": 6}']
     values = {m.key(): m.value() for m in dead}
     assert values[b'{"id": 999999}'] == b"not json at all"  # the original record, unchanged
+
+
+def test_a_row_the_mirror_table_refuses_goes_to_the_dlq_and_the_view_moves_on(
+    spark: Any, feed: ChangeFeed, views_config: ViewsConfig
+) -> None:
+    feed.run(200)
+    bad = {
+        "op": "c",
+        "before": None,
+        "after": {"id": 777777, "name": "x", "qty": "not a number", "active": True, "version": 1},
+        "source": {"lsn": 10**12},
+    }
+    feed.produce_raw(b'{"id": 777777}', json.dumps(bad).encode())
+    feed.run(200)
+    reports: list[BatchReport] = []
+    table = run_mirror(spark, views_config, reports)
+    assert sum(r.rejected for r in reports) == 1
+    assert_mirrors(feed, table)
+
+    consumer = Consumer(views_config.kafka.client_properties(**{"group.id": "dlq-check"}))
+    consumer.assign([TopicPartition(dlq_topic(f"mirror.{feed.qualified}"), 0, 0)])
+    [dead] = [m for m in consumer.consume(1, timeout=10) if m.error() is None]
+    consumer.close()
+    headers = {k: v.decode() for k, v in dead.headers() or [] if v is not None}
+    assert headers["tributary.error.stage"] == "write"
+    assert headers["tributary.view"] == f"mirror.{feed.qualified}"
+    assert "invalid input syntax for type integer" in headers[REASON_HEADER]
+    assert headers["tributary.source.topic"] == feed.topic
+    assert json.loads(dead.value())["qty"] == "not a number"
