@@ -1,19 +1,23 @@
-"""Benchmark: rebuild the mirror of a 200,000-record CDC topic (not a test).
+"""Benchmark: rebuild the mirror of a CDC topic from offset zero (not a test).
 
-    .venv/bin/python bench/replay.py [--records N] [--keys K] [--partitions P]
+    .venv/bin/python bench/replay.py [--sizes 200000,1000000] [--keys-per 10] [--partitions 4]
 
-Starts its own local stack (PostgreSQL, SeaweedFS + Tansu, Redis) on free ports, fills
-``cdc.public.bench`` with Debezium-format changes, then in the same run measures:
+Starts its own local stack (PostgreSQL, SeaweedFS + Tansu, Redis) on free ports and, for each
+size, fills ``cdc.public.bench<N>`` with Debezium-format changes (inserts, updates, deletes
+with tombstones over N/keys-per keys), then measures in the same run:
 
-  plain    a plain confluent-kafka read of the whole topic (assigned partitions)
-  source   the Spark Kafka source alone, into Spark's noop sink (trigger availableNow)
-  replay   ``replay`` of the mirror view: source + decode + fold + PostgreSQL upsert + swap
+  plain     a plain confluent-kafka read of the whole topic (assigned partitions): the baseline
+  decode    the same read, each record decoded by ``json.loads`` (what a Python consumer pays)
+  fold      the project's reader + the mirror's columnar fold in this process, no Spark
+  source    the Spark Kafka source alone, into Spark's noop sink (trigger availableNow)
+  replay    ``replay`` of the mirror view: source + fold on the executors + PostgreSQL + swap
 
-and prints events/s and the ratios against the plain read.
+and prints records/s, the ratio to the plain read, and where the replay's time goes: reading and
+folding (Spark jobs, executors), writing (the store's transactions), the swap, and the rest
+(query start, planning and Spark's overhead per batch).
 """
 
 import argparse
-import dataclasses
 import json
 import random
 import shutil
@@ -28,37 +32,52 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from connectors.changes import ChangeEvent
 from connectors.kafka import KafkaConfig, TopicAdmin, state_topic
 from connectors.kafka.config import ClientValue
 from infra.stack import LocalStack
+from projections.mirror import fold_changes
+from spark_streaming.kafka_offsets import OffsetRange
+from spark_streaming.kafka_options import KafkaSourceOptions
+from spark_streaming.kafka_reader import read_range
 from spark_streaming.replay import replay
 from spark_streaming.session import spark_session
 from spark_streaming.stream import kafka_stream
 from spark_streaming.views import ViewsConfig, configured_views
 from tests.stackenv import isolated_settings
 
-TOPIC = "cdc.public.bench"
 PLAIN_CONSUMER: dict[str, ClientValue] = {"group.id": "bench-plain", "enable.auto.commit": False}
 
 
-def _envelope(op: str, before: object, after: object, lsn: int) -> bytes:
+def envelope(op: str, before: object, after: object, lsn: int, table: str) -> bytes:
     """A Debezium envelope as the connector writes it (schemas disabled)."""
     source = {
+        "version": "3.6.3.Final",
+        "connector": "postgresql",
+        "name": "cdc",
         "lsn": lsn,
-        "txId": lsn,
+        "txId": lsn // 3,
         "ts_ms": 0,
+        "db": "tributary",
         "schema": "public",
-        "table": "bench",
+        "table": table,
         "snapshot": "false",
     }
     value = {"before": before, "after": after, "op": op, "source": source, "ts_ms": 0}
     return json.dumps(value).encode()
 
 
-def fill(kafka: KafkaConfig, records: int, keys: int, partitions: int) -> int:
-    """Inserts, updates and deletes (with tombstones) of ``keys`` rows, ``records`` in all."""
-    TopicAdmin(kafka).ensure(state_topic(TOPIC, partitions))
+def create_source(dsn: str, table: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS public.{table}"
+            " (id bigint PRIMARY KEY, name text, qty integer, note text)"
+        )
+
+
+def fill(kafka: KafkaConfig, topic: str, records: int, keys: int, partitions: int) -> int:
+    """Inserts, updates and deletes (with tombstones) of ``keys`` rows, ``records`` in all;
+    returns the rows alive at the end."""
+    TopicAdmin(kafka).ensure(state_topic(topic, partitions))
     producer = Producer(
         kafka.client_properties(
             **{
@@ -66,9 +85,11 @@ def fill(kafka: KafkaConfig, records: int, keys: int, partitions: int) -> int:
                 "linger.ms": 20,
                 "batch.size": 1_000_000,
                 "queue.buffering.max.messages": 1_000_000,
+                "partitioner": "murmur2_random",
             }
         )
     )
+    table = topic.rsplit(".", 1)[1]
     rng = random.Random(1)
     live: dict[int, int] = {}
     lsn, sent = 10_000, 0
@@ -78,8 +99,8 @@ def fill(kafka: KafkaConfig, records: int, keys: int, partitions: int) -> int:
         key = json.dumps({"id": row_id}).encode()
         if row_id in live and rng.random() < 0.1 and sent + 2 <= records:
             before = {"id": row_id, "name": f"n{live[row_id]}", "qty": live[row_id]}
-            producer.produce(TOPIC, key=key, value=_envelope("d", before, None, lsn))
-            producer.produce(TOPIC, key=key, value=None, headers=[("lsn", str(lsn).encode())])
+            producer.produce(topic, key=key, value=envelope("d", before, None, lsn, table))
+            producer.produce(topic, key=key, value=None, headers=[("lsn", str(lsn).encode())])
             del live[row_id]
             sent += 2
         else:
@@ -91,60 +112,60 @@ def fill(kafka: KafkaConfig, records: int, keys: int, partitions: int) -> int:
                 "qty": live[row_id],
                 "note": "x" * 60,
             }
-            producer.produce(TOPIC, key=key, value=_envelope(op, None, after, lsn))
+            producer.produce(topic, key=key, value=envelope(op, None, after, lsn, table))
             sent += 1
         producer.poll(0)
-    assert producer.flush(60) == 0
+    assert producer.flush(120) == 0
     return len(live)
 
 
-def plain_read(kafka: KafkaConfig, ends: dict[int, int]) -> float:
-    """Seconds for a plain assigned consumer to read every record (asking only for what is left)."""
+def plain_read(kafka: KafkaConfig, topic: str, ends: dict[int, int], decode: bool = False) -> float:
+    """Seconds for a plain assigned consumer to read every record (asking only for what is
+    left), optionally decoding each value with ``json.loads``."""
     consumer = Consumer(kafka.client_properties(**PLAIN_CONSUMER))
     started = time.perf_counter()
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in ends])
+    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
     left = sum(ends.values())
     while left > 0:
         for message in consumer.consume(min(left, 10_000), timeout=1.0):
             if message.error() is None:
+                if decode:
+                    value = message.value()
+                    if value is not None:
+                        json.loads(value)
                 left -= 1
     elapsed = time.perf_counter() - started
     consumer.close()
     return elapsed
 
 
-def mirror_count(config: ViewsConfig) -> int:
-    with psycopg.connect(config.postgres_dsn) as conn:
-        row = conn.execute(f"SELECT count(*) FROM {config.views_schema}.public_bench").fetchone()
-    return int(row[0]) if row else -1
-
-
-def plain_read_and_decode(kafka: KafkaConfig, ends: dict[int, int]) -> float:
-    """Seconds for a plain consumer that also decodes every record as the mirror does."""
-    consumer = Consumer(kafka.client_properties(**PLAIN_CONSUMER))
+def read_and_fold(kafka: KafkaConfig, topic: str, ends: dict[int, int]) -> tuple[float, float]:
+    """Seconds for the project's reader alone, and for reader + columnar fold (one process)."""
+    options = KafkaSourceOptions.parse(
+        {"kafka.bootstrap.servers": kafka.bootstrap_servers, "subscribe": topic}
+    )
     started = time.perf_counter()
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in ends])
-    left = sum(ends.values())
-    while left > 0:
-        for message in consumer.consume(min(left, 10_000), timeout=1.0):
-            if message.error() is None:
-                headers: Any = message.headers()
-                ChangeEvent.from_kafka(TOPIC, message.key(), message.value(), headers)
-                left -= 1
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    return elapsed
+    batches = [b for p, e in ends.items() for b in read_range(options, OffsetRange(topic, p, 0, e))]
+    read_s = time.perf_counter() - started
+    by_partition: dict[int, list[Any]] = {}
+    for batch in batches:
+        by_partition.setdefault(batch.column("partition")[0].as_py(), []).append(batch)
+    started = time.perf_counter()
+    for part in by_partition.values():
+        for _ in fold_changes(part):
+            pass
+    return read_s, read_s + time.perf_counter() - started
 
 
 def source_alone(
-    spark: object, kafka: KafkaConfig, checkpoint: Path, batch: int
-) -> tuple[float, float]:
-    """Seconds for the Spark source to read the topic into the noop sink (wall, in batches)."""
+    spark: Any, kafka: KafkaConfig, topic: str, checkpoint: Path, batch: int
+) -> tuple[float, float, int]:
+    """Wall seconds, seconds inside batches, and batches, for the Spark source into noop."""
     stream = kafka_stream(
         spark,
         {
             "kafka.bootstrap.servers": kafka.bootstrap_servers,
-            "subscribe": TOPIC,
+            "subscribe": topic,
             "startingOffsets": "earliest",
             "maxOffsetsPerTrigger": str(batch),
         },
@@ -159,15 +180,83 @@ def source_alone(
     query.awaitTermination()
     wall = time.perf_counter() - started
     busy = sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress) / 1000
-    return wall, busy
+    return wall, busy, len(query.recentProgress)
+
+
+def mirror_count(dsn: str, schema: str, table: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(f"SELECT count(*) FROM {schema}.public_{table}").fetchone()
+    return int(row[0]) if row else -1
+
+
+def run_size(
+    spark: Any, settings: Any, work: Path, size: int, keys_per: int, partitions: int, batch: int
+) -> None:
+    kafka = settings.kafka("bench")
+    dsn = settings.postgres().dsn
+    table = f"bench{size}"
+    topic = f"cdc.public.{table}"
+    create_source(dsn, table)
+    started = time.perf_counter()
+    live = fill(kafka, topic, size, max(1, size // keys_per), partitions)
+    print(
+        f"\n== {size:,} records, {size // keys_per:,} keys, {partitions} partitions"
+        f" (filled in {time.perf_counter() - started:.1f}s)"
+    )
+    ends = TopicAdmin(kafka).end_offsets(topic)
+    total = sum(ends.values())
+    assert total == size, (total, ends)
+
+    config = ViewsConfig(
+        kafka=kafka,
+        postgres_dsn=dsn,
+        views_schema="views",
+        checkpoint_root=work / f"checkpoints-{size}",
+        mirror_tables=(f"public.{table}",),
+        replay_max_offsets_per_trigger=batch,
+    )
+    source_alone(spark, kafka, topic, work / f"warm-{size}", batch)  # JVM and workers warm
+    plain_s = plain_read(kafka, topic, ends)
+    decode_s = plain_read(kafka, topic, ends, decode=True)
+    reader_s, fold_s = read_and_fold(kafka, topic, ends)
+    source_s, source_busy, source_batches = source_alone(
+        spark, kafka, topic, work / f"source-{size}", batch
+    )
+    [view] = configured_views(config).values()
+    started = time.perf_counter()
+    result = replay(spark, view, kafka, config.job_options(replay=True))
+    replay_s = time.perf_counter() - started
+    assert result.records == total
+    assert mirror_count(dsn, "views", table) == live
+    plain_s = min(plain_s, plain_read(kafka, topic, ends))
+
+    rows = [
+        ("plain confluent-kafka read", plain_s),
+        ("plain read + json.loads", decode_s),
+        ("project reader (no Spark)", reader_s),
+        ("reader + columnar fold (no Spark)", fold_s),
+        (f"Spark source -> noop ({source_batches} batches)", source_s),
+        (f"replay of the mirror ({result.batches} batches)", replay_s),
+    ]
+    print(f"{'run':<44}{'seconds':>8}{'records/s':>12}{'vs plain':>10}")
+    for name, seconds in rows:
+        print(f"{name:<44}{seconds:>8.2f}{total / seconds:>12,.0f}{plain_s / seconds:>9.2f}x")
+    other = replay_s - result.fold_s - result.write_s - result.swap_s
+    print(
+        f"replay time: read+fold {result.fold_s:.2f}s, write {result.write_s:.2f}s,"
+        f" swap {result.swap_s:.2f}s, rest (query start, planning, Spark per batch) {other:.2f}s"
+        f" = {other / max(1, result.batches):.2f}s per batch; source in batches"
+        f" {total / source_busy:,.0f}/s ({source_s - source_busy:.2f}s outside batches);"
+        f" {live:,} rows mirrored"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--records", type=int, default=200_000)
-    parser.add_argument("--keys", type=int, default=20_000)
+    parser.add_argument("--sizes", default="200000,1000000")
+    parser.add_argument("--keys-per", type=int, default=10, help="records per key")
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=100_000, help="maxOffsetsPerTrigger")
+    parser.add_argument("--batch", type=int, default=500_000, help="maxOffsetsPerTrigger")
     args = parser.parse_args()
 
     settings = isolated_settings("tributary-bench-")
@@ -175,66 +264,9 @@ def main() -> None:
     stack.up()
     work = Path(tempfile.mkdtemp(prefix="tributary-bench-work-"))
     try:
-        kafka = settings.kafka("bench")
-        t0 = time.perf_counter()
-        live_keys = fill(kafka, args.records, args.keys, args.partitions)
-        print(
-            f"filled {TOPIC}: {args.records} records, {args.keys} keys,"
-            f" {args.partitions} partitions in {time.perf_counter() - t0:.1f}s"
-        )
-        ends = TopicAdmin(kafka).end_offsets(TOPIC)
-        total = sum(ends.values())
-        assert total == args.records, (total, ends)
-
-        config = ViewsConfig(
-            kafka=kafka,
-            postgres_dsn=settings.postgres().dsn,
-            views_schema="views",
-            checkpoint_root=work / "checkpoints",
-            mirror_tables=("public.bench",),
-            max_offsets_per_trigger=args.batch,
-        )
-        spark = spark_session(settings.spark_master, "tributary-bench", driver_memory="1g")
-        # Warm-up (JVM, Python workers) on the same topic, so the runs below are warm.
-        source_alone(spark, kafka, work / "warmup", args.batch)
-
-        plain_s = plain_read(kafka, ends)
-        decode_s = plain_read_and_decode(kafka, ends)
-        source_s, source_busy_s = source_alone(spark, kafka, work / "source", args.batch)
-        [spec] = configured_views(config).values()
-        replays = {}
-        for per_partition in (True, False):
-            started = time.perf_counter()
-            result = replay(
-                spark,
-                dataclasses.replace(spec, per_partition=per_partition),
-                kafka,
-                config.job_options(),
-            )
-            replays[per_partition] = (time.perf_counter() - started, result.busy_s)
-            assert result.records == total
-            assert mirror_count(config) == live_keys
-        plain_again_s = plain_read(kafka, ends)
-
-        plain_best = min(plain_s, plain_again_s)
-        rows = [
-            ("plain confluent-kafka read", plain_best, None),
-            ("plain read + decode (no Spark)", decode_s, None),
-            ("source alone (noop sink)", source_s, source_busy_s),
-            ("replay, fold on the driver", *replays[False]),
-            ("replay, fold per partition", *replays[True]),
-        ]
-        print(f"\n{'run':<32}{'seconds':>8}{'events/s':>11}{'vs plain':>9}{'in batches':>12}")
-        for name, seconds, busy in rows:
-            in_batches = "" if busy is None else f"{total / busy:>9,.0f}/s"
-            print(
-                f"{name:<32}{seconds:>8.2f}{total / seconds:>11,.0f}"
-                f"{plain_best / seconds:>8.2f}x{in_batches:>12}"
-            )
-        print(
-            f"\nplain read runs {plain_s:.2f}s and {plain_again_s:.2f}s; maxOffsetsPerTrigger"
-            f" {args.batch}; mirror rows {live_keys}. 'in batches' leaves out query start-up."
-        )
+        spark = spark_session(settings.spark_master, "tributary-bench", driver_memory="2g")
+        for size in (int(s) for s in args.sizes.split(",")):
+            run_size(spark, settings, work, size, args.keys_per, args.partitions, args.batch)
         spark.stop()
     finally:
         stack.down()

@@ -50,28 +50,34 @@ def fold_changes(
 ) -> Iterator[pa.RecordBatch]:
     """One partition's Debezium records -> one folded row per key, plus rejections."""
     table = records_table(batches)
-    n = table.num_rows
-    if n == 0:
+    if table.num_rows == 0:
         return
     changes = decode_changes(table)
-    reasons = changes.reasons
-    usable = np.array([i not in reasons for i in range(n)]) & ~np.isnan(changes.position)
-    yield from emit([_fold(table, changes, usable, collection), rejections(table, reasons)])
+    usable = ~np.isnan(changes.position)
+    if changes.reasons:
+        usable[list(changes.reasons)] = False
+    yield from emit([_fold(table, changes, usable, collection), rejections(table, changes.reasons)])
 
 
 @dataclass
 class DecodedChanges:
-    """Per record: position (NaN: none), op, tombstone flag, and why a record is rejected."""
+    """Per record: position (NaN: none), deleted (a delete or a tombstone), created (an insert
+    or a snapshot read), and why a record is rejected."""
 
     position: np.ndarray
-    op: list[str | None]
-    tombstone: np.ndarray
+    deleted: np.ndarray
+    created: np.ndarray
     reasons: dict[int, str]
 
 
+def _flags(values: pa.Array, members: list[str]) -> np.ndarray:
+    found = pc.fill_null(pc.is_in(values, pa.array(members)), False)
+    return np.asarray(found.to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def decode_changes(table: pa.Table) -> DecodedChanges:
-    """Decode keys and envelopes of a partition's records (columnar, with a slow path that
-    names each bad record)."""
+    """Decode keys and envelopes of a partition's records: columnar, with a slow path that
+    names each bad record."""
     n = table.num_rows
     keys = table.column("key").combine_chunks()
     values = table.column("value").combine_chunks()
@@ -86,36 +92,46 @@ def decode_changes(table: pa.Table) -> DecodedChanges:
         reasons.setdefault(index, f"value {reason}")
     tombstone = ~pc.is_valid(values).to_numpy(zero_copy_only=False)
     position = np.full(n, np.nan)
-    ops: list[str | None] = [None] * n
+    deleted = tombstone.copy()
+    created = np.zeros(n, dtype=bool)
     if parsed is not None:
-        ops = parsed.column("op").to_pylist()
+        ops = parsed.column("op").combine_chunks()
         source = parsed.column("source").combine_chunks()
-        lsn = source.field("lsn").to_numpy(zero_copy_only=False)
-        position = np.where(np.isnan(lsn.astype(float)), np.nan, lsn).astype(float)
-        sequences = source.field("sequence").to_pylist()
+        lsn = pc.cast(source.field("lsn"), pa.float64())
+        position = pc.fill_null(lsn, np.nan).to_numpy(zero_copy_only=False).copy()
+        sequence = source.field("sequence")
+        for row in map(
+            int,
+            np.flatnonzero(
+                np.isnan(position) & pc.is_valid(sequence).to_numpy(zero_copy_only=False)
+            ),
+        ):
+            position[row] = _sequence_position(sequence[row].as_py())
+        known = _flags(ops, sorted(_OPS))
+        deleted |= _flags(ops, ["d"])
+        created = _flags(ops, ["c", "r"])
         after_ok = pc.is_valid(parsed.column("after")).to_numpy(zero_copy_only=False)
-        for index in range(n):
-            if tombstone[index] or index in reasons:
-                continue
-            if np.isnan(position[index]) and sequences[index] is not None:
-                position[index] = _sequence_position(sequences[index])
-            op = ops[index]
-            if op not in _OPS:
-                if op in ("t", "m"):
-                    reasons[index] = f"op {op!r} does not change a row; cannot mirror it"
-                else:
-                    reasons[index] = f"envelope has no valid op (got {op!r})"
-            elif np.isnan(position[index]):
-                reasons[index] = "envelope has no source.lsn"
-            elif op != "d" and not after_ok[index]:
-                reasons[index] = f"op {op!r} without an 'after' row object"
+        candidate = ~tombstone
+        if reasons:
+            candidate[list(reasons)] = False
+        for row in map(int, np.flatnonzero(candidate & ~known)):
+            op = ops[row].as_py()
+            if op in ("t", "m"):
+                reasons[row] = f"op {op!r} does not change a row; cannot mirror it"
+            else:
+                reasons[row] = f"envelope has no valid op (got {op!r})"
+        for row in map(int, np.flatnonzero(candidate & known & np.isnan(position))):
+            reasons[row] = "envelope has no source.lsn"
+        missing_after = candidate & known & ~np.isnan(position) & ~deleted & ~after_ok
+        for row in map(int, np.flatnonzero(missing_after)):
+            reasons[row] = f"op {ops[row].as_py()!r} without an 'after' row object"
     if tombstone.any():
         lsn_header = header_values(table.column("headers"), "lsn").to_pylist()
         for row in map(int, np.flatnonzero(tombstone)):
             text = lsn_header[row]
             if text is not None and text.isdigit():
                 position[row] = float(int(text))
-    return DecodedChanges(position, ops, tombstone, reasons)
+    return DecodedChanges(position, deleted, created & ~deleted, reasons)
 
 
 def _sequence_position(sequence: str) -> float:
@@ -136,9 +152,8 @@ def _fold(
         return None
     take = pa.array(rows)
     position = changes.position[rows].astype(np.int64)
-    ops = [changes.op[i] for i in rows]
-    deleted = changes.tombstone[rows] | np.array([op == "d" for op in ops])
-    created = np.array([op in ("c", "r") for op in ops]) & ~deleted
+    deleted = changes.deleted[rows]
+    created = changes.created[rows]
     frame = pa.table(
         {
             "k": table.column("key").take(take).cast(pa.string()),
@@ -153,24 +168,21 @@ def _fold(
         [("pos", "max"), ("row", "last"), ("created", "max"), ("live", "distinct")]
     )
     winner = folded.column("row_last").combine_chunks()
-    winner_np = winner.to_numpy(zero_copy_only=False)
-    gone = changes.tombstone[winner_np] | np.array(
-        [changes.op[i] == "d" for i in winner_np], dtype=bool
-    )
+    gone = pa.array(changes.deleted[winner.to_numpy(zero_copy_only=False)])
     created_at = folded.column("created_max").combine_chunks()
     since = pc.fill_null(created_at, -1).to_numpy(zero_copy_only=False)
     positions = _changes_since(folded.column("live_distinct").combine_chunks(), since)
     fields = table.column("value").take(winner).cast(pa.string())
-    fields = pc.if_else(pa.array(gone), pa.scalar(None, pa.string()), fields)
+    nothing = pa.scalar(None, pa.string())
     n = folded.num_rows
     return folded_batch(
         {
-            "collection": [collection] * n,
+            "collection": pa.array(np.full(n, collection, dtype=object), pa.string()),
             "key": folded.column("k"),
             "position": folded.column("pos_max"),
-            "deleted": pa.array(gone),
-            "fields": fields,
-            "member": pc.if_else(pa.array(gone), pa.scalar(None, pa.string()), "after"),
+            "deleted": gone,
+            "fields": pc.if_else(gone, nothing, fields),
+            "member": pc.if_else(gone, nothing, "after"),
             "changes": positions,
             "fresh": pc.is_valid(created_at),
             "topic": table.column("topic").take(winner),

@@ -17,20 +17,46 @@ from connectors.stores.base import ViewStore
 from connectors.stores.model import Delete, JsonObject, Put, SourceRef, Write
 from projections.folding import FOLDED_DDL
 
-Fold = Callable[[Any], Any]  # DataFrame of Kafka records -> DataFrame of folded rows
-PartitionFold = Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+Transform = Callable[[Any], Any]  # DataFrame of Kafka records -> DataFrame of folded rows
+FoldFunction = Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+_FOLDS: dict[str, FoldFunction] = {}
 
 
-def per_partition(function: PartitionFold) -> Fold:
-    """A fold that runs ``function`` on each Kafka partition's records (``mapInArrow``).
+def load_fold(path: str) -> FoldFunction:
+    """The per-partition fold function at ``module:function`` (imported once per process)."""
+    function = _FOLDS.get(path)
+    if function is None:
+        import importlib
+
+        module, _, name = path.partition(":")
+        function = getattr(importlib.import_module(module), name)
+        _FOLDS[path] = function
+    return function
+
+
+@dataclass(frozen=True)
+class PartitionFold:
+    """A fold run on each Kafka partition's records apart, named by ``module:function`` so the
+    executors import it: inside the project's Kafka source's read task (the records never
+    reach the JVM), or as ``mapInArrow`` after Spark's own Kafka source.
 
     Correct when every key lives in one partition, as in keyed Kafka topics.
     """
 
-    def fold(records: Any) -> Any:
-        return records.mapInArrow(function, FOLDED_DDL)
+    path: str
 
-    return fold
+    def __call__(self, records: Any) -> Any:
+        return records.mapInArrow(load_fold(self.path), FOLDED_DDL)
+
+
+def per_partition(path: str) -> PartitionFold:
+    """A per-partition fold by ``module:function``."""
+    load_fold(path)  # fail early (here, on the driver) for a wrong name
+    return PartitionFold(path)
+
+
+Fold = PartitionFold | Transform
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,11 @@ class KafkaSourceOptions:
     ``starting`` is "earliest", "latest" or per topic and partition an offset (-2 earliest,
     -1 latest), as in Spark's ``startingOffsets`` JSON. ``client`` are the ``kafka.*`` options
     without their prefix, handed to confluent-kafka.
+
+    Two options of this source only: ``tributary.fold`` names a per-partition fold
+    (``module:function``, see :mod:`projections.view`) that runs inside the read task, so the
+    source yields folded rows instead of records; ``tributary.skipBelow`` (offsets JSON) makes
+    every range start at or after those offsets (records a view's store already has).
     """
 
     client: dict[str, str]
@@ -29,6 +34,8 @@ class KafkaSourceOptions:
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True
     poll_timeout_s: float = field(default=30.0)
+    fold: str | None = None
+    skip_below: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -74,7 +81,30 @@ class KafkaSourceOptions:
             max_offsets_per_trigger=None if max_offsets is None else int(max_offsets),
             fail_on_data_loss=fail == "true",
             poll_timeout_s=float(lowered.get("kafkaconsumer.polltimeoutms", "30000")) / 1000,
+            fold=_fold(lowered.get("tributary.fold")),
+            skip_below=_skip(lowered.get("tributary.skipbelow")),
         )
+
+
+def _fold(raw: str | None) -> str | None:
+    if raw is None or not raw.strip():
+        return None
+    module, _, function = raw.strip().partition(":")
+    if not module or not function:
+        raise SourceOptionError(f"tributary.fold must be module:function, got {raw!r}")
+    return raw.strip()
+
+
+def _skip(raw: str | None) -> dict[str, dict[str, int]]:
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        parsed = json.loads(raw)
+        return {str(t): {str(p): int(o) for p, o in parts.items()} for t, parts in parsed.items()}
+    except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
+        raise SourceOptionError(
+            f'tributary.skipBelow must be offsets JSON like {{"topic":{{"0":23}}}}: {exc}'
+        ) from exc
 
 
 def _starting(raw: str) -> StartingOffsets:

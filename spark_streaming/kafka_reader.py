@@ -60,7 +60,7 @@ def source_consumer(options: KafkaSourceOptions, **overrides: str | int | bool) 
     )
     props = config.client_properties(
         **{"group.id": "tributary-spark-source", "auto.offset.reset": "error"},
-        **{"enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 100},
+        **{"enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 10},
     )
     props.update(overrides)
     return Consumer(props)

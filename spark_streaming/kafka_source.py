@@ -8,10 +8,12 @@ in Spark's checkpoint.
 """
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -20,6 +22,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from projections.folding import FOLDED_SCHEMA
+from projections.view import load_fold
 from spark_streaming.kafka_offsets import (
     OffsetRange,
     Offsets,
@@ -41,6 +45,7 @@ from spark_streaming.kafka_reader import (
 )
 
 SOURCE_NAME = "tributary_kafka"
+FOLDED_STRUCT = from_arrow_schema(FOLDED_SCHEMA)
 
 
 class KafkaRange(InputPartition):
@@ -59,7 +64,8 @@ class KafkaDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        return KAFKA_SCHEMA
+        options = KafkaSourceOptions.parse(dict(self.options))
+        return KAFKA_SCHEMA if options.fold is None else FOLDED_STRUCT
 
     def streamReader(self, schema: StructType) -> "KafkaStreamReader":
         return KafkaStreamReader(KafkaSourceOptions.parse(dict(self.options)))
@@ -144,4 +150,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
-        return read_range(self.options, partition.range)
+        offset_range = partition.range
+        skip = self.options.skip_below.get(offset_range.topic, {}).get(str(offset_range.partition))
+        if skip is not None and skip > offset_range.start:
+            offset_range = replace(offset_range, start=min(skip, offset_range.end))
+        records = read_range(self.options, offset_range)
+        if self.options.fold is None:
+            return records
+        return load_fold(self.options.fold)(records)

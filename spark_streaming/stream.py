@@ -1,7 +1,9 @@
 """Opening a Kafka stream: Spark's own connector when its jar is present, else ours."""
 
+import json
 from typing import Any
 
+from projections.view import PartitionFold
 from spark_streaming.kafka_source import SOURCE_NAME, KafkaDataSource
 
 _SPARK_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
@@ -23,3 +25,44 @@ def kafka_stream(spark: Any, options: dict[str, str], *, prefer_spark: bool = Tr
         return spark.readStream.format("kafka").options(includeHeaders="true", **options).load()
     spark.dataSource.register(KafkaDataSource)
     return spark.readStream.format(SOURCE_NAME).options(**options).load()
+
+
+def records_stream(
+    spark: Any, options: dict[str, str], skip_below: dict[str, dict[str, int]] | None = None
+) -> Any:
+    """Kafka records, without those below ``skip_below`` (records a view's store already has):
+    the project's source starts its ranges there, after Spark's own source they are filtered."""
+    if has_spark_kafka_connector(spark):
+        records = kafka_stream(spark, options)
+        condition = below_condition(skip_below or {})
+        return records if condition is None else records.where(condition)
+    pushed = dict(options)
+    if skip_below:
+        pushed["tributary.skipBelow"] = json.dumps(skip_below)
+    return kafka_stream(spark, pushed, prefer_spark=False)
+
+
+def folded_stream(
+    spark: Any,
+    options: dict[str, str],
+    fold: str,
+    skip_below: dict[str, dict[str, int]] | None = None,
+) -> Any:
+    """Folded rows: Kafka records folded per partition by ``fold`` (``module:function``). On
+    the project's source the fold runs inside the read task, so records never travel through
+    the JVM; after Spark's own source it runs as ``mapInArrow``."""
+    if has_spark_kafka_connector(spark):
+        return PartitionFold(fold)(records_stream(spark, options, skip_below))
+    return records_stream(spark, {**options, "tributary.fold": fold}, skip_below)
+
+
+def below_condition(skip_below: dict[str, dict[str, int]]) -> str | None:
+    """A Spark SQL condition that drops records below the given offsets (None: none to drop)."""
+    clauses = []
+    for topic, parts in skip_below.items():
+        quoted = topic.replace("'", "''")
+        for partition, offset in parts.items():
+            clauses.append(
+                f"(topic = '{quoted}' AND partition = {int(partition)} AND offset < {int(offset)})"
+            )
+    return None if not clauses else "NOT (" + " OR ".join(clauses) + ")"

@@ -8,7 +8,8 @@ records of a batch the store partly has are filtered out, a batch that would lea
 refused. In each micro-batch (``foreachBatch``):
 
 1. the batch's end offsets come from Spark's offset log, its start from the batch before;
-2. the view's fold runs on the executors; only folded rows come back to the driver (Arrow);
+2. the view's fold runs on the executors (inside the Kafka source's read task when it folds
+   per partition); only folded rows come back to the driver, as Arrow;
 3. dead letters (records the fold refused) go to ``dlq.<view>``;
 4. the store applies the writes with the batch's offsets in one atomic unit; writes the store
    refuses go to ``dlq.<view>`` before it commits.
@@ -25,11 +26,11 @@ from connectors.errors import LedgerGapError
 from connectors.kafka import KafkaConfig
 from connectors.stores.base import CommitHooks, StoreWriter
 from connectors.stores.model import Batch, Offsets, Rejected, covers, gaps, merge_offsets
-from projections.view import View, dead_letters_of, writes_from_folded
+from projections.view import PartitionFold, View, dead_letters_of, writes_from_folded
 from spark_streaming.checkpoint import CheckpointLog, Reconciliation, reconcile, starting_offsets
 from spark_streaming.dead_letters import DeadLetterQueue
 from spark_streaming.errors import StreamingError
-from spark_streaming.stream import kafka_stream
+from spark_streaming.stream import folded_stream, records_stream
 
 
 @dataclass(frozen=True)
@@ -71,20 +72,6 @@ def span(start: Offsets, end: Offsets) -> int:
         for topic, parts in end.items()
         for partition, offset in parts.items()
     )
-
-
-def below_filter(committed: Offsets, start: Offsets) -> str | None:
-    """A Spark SQL condition keeping only records past ``committed`` (None: nothing to drop)."""
-    clauses = []
-    for topic, parts in committed.items():
-        for partition, offset in parts.items():
-            if start.get(topic, {}).get(partition, -1) < offset:
-                quoted = topic.replace("'", "''")
-                clauses.append(
-                    f"(topic = '{quoted}' AND partition = {int(partition)}"
-                    f" AND offset < {int(offset)})"
-                )
-    return None if not clauses else "NOT (" + " OR ".join(clauses) + ")"
 
 
 class ViewJob:
@@ -165,7 +152,13 @@ class ViewJob:
         self.reconciliation = reconcile(self.checkpoint, committed.offsets, self.view.topics)
         if self.reconciliation.action == "reset":
             self.log(f"view {self.view.name}: {self.reconciliation.reason}")
-        stream = kafka_stream(self.spark, self.source_options(starting_offsets(committed.offsets)))
+        options = self.source_options(starting_offsets(committed.offsets))
+        # Spark may replay batches of a kept checkpoint that the store already has: their
+        # records are dropped at the source, before the fold.
+        if isinstance(self.view.fold, PartitionFold):
+            stream = folded_stream(self.spark, options, self.view.fold.path, committed.offsets)
+        else:
+            stream = self.view.fold(records_stream(self.spark, options, committed.offsets))
         writer = (
             stream.writeStream.queryName(f"{self.view.name}.{self.generation}")
             .option("checkpointLocation", str(self.checkpoint))
@@ -203,11 +196,8 @@ class ViewJob:
                 f"view {self.view.name}: batch {batch_id} starts past the store"
                 f" ({'; '.join(problems)}); restart the job to resume from the store"
             )
-        condition = below_filter(self._committed, start)
-        if condition is not None:
-            batch = batch.where(condition)
         began = time.perf_counter()
-        folded = self.view.fold(batch).toArrow()
+        folded = batch.toArrow()
         writes, dead = writes_from_folded(folded)
         fold_s = time.perf_counter() - began
         self.dead_letters.send(dead)

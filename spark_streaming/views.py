@@ -16,7 +16,7 @@ from typing import Any
 from connectors.kafka import KafkaConfig
 from connectors.postgres import table_columns
 from connectors.stores.postgres import PostgresStore
-from projections.mirror import fold_changes, mirror_table
+from projections.mirror import mirror_table
 from projections.view import View, per_partition
 from spark_streaming.errors import UnknownViewError
 from spark_streaming.view_job import JobOptions
@@ -86,7 +86,7 @@ def mirror_view(qualified: str, config: ViewsConfig) -> View:
     return View(
         name=name,
         topics=(f"{config.topic_prefix}.{schema}.{table}",),
-        fold=per_partition(fold_changes),
+        fold=per_partition("projections.mirror:fold_changes"),
         store=PostgresStore(config.postgres_dsn, config.views_schema, name, [layout]),
         description=f"latest row per key of {qualified}",
     )

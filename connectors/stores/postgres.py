@@ -68,7 +68,7 @@ Layout = Collection | TypedTable
 _SCHEMA_LOCK = 0x7472_6962  # advisory lock: concurrent first runs create the ledger once
 _STAGE = sql.Identifier("_tributary_stage")
 _DATA_ERRORS = ("22", "23")  # data exceptions, integrity violations: this write's fault
-_STAGED_ROW = sql.SQL("(CASE WHEN s.m IS NULL THEN s.r::jsonb ELSE s.r::jsonb -> s.m END)")
+_STAGED_ROW = sql.SQL("(CASE WHEN s.m IS NULL THEN s.r ELSE s.r -> s.m END)")
 
 
 def slug(name: str) -> str:
@@ -368,7 +368,7 @@ class PostgresWriter:
                 ensure_ledger(self._conn, self.store.schema)
                 self._conn.execute(
                     sql.SQL(
-                        "CREATE TEMP TABLE IF NOT EXISTS {} (coll text, k text, r text, m text,"
+                        "CREATE TEMP TABLE IF NOT EXISTS {} (coll text, k text, r jsonb, m text,"
                         " pos bigint, changes bigint[], fresh boolean, deleted boolean)"
                         " ON COMMIT DELETE ROWS"
                     ).format(_STAGE)

@@ -168,3 +168,14 @@ def test_the_mirror_layout_is_read_from_the_catalog_when_needed() -> None:
         ("id", "json"),
         ("tags", "json_array"),
     ]
+
+
+def test_blank_and_multi_line_values_are_found_by_the_slow_path() -> None:
+    writes, dead = fold(
+        change(0, 1, "c", 10, {"id": 1}),
+        raw(1, b'{"id": 2}', b""),
+        raw(2, b'{"id": 3}', b"   "),
+        raw(3, b'{"id": 4}', b'{"op": "c",\n "after": {"id": 4}, "source": {"lsn": 20}}'),
+    )
+    assert set(writes) == {1, 4}
+    assert "value is not JSON" in dead[1] and "value is not JSON" in dead[2]
