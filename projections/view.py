@@ -9,7 +9,7 @@ store writes (:func:`writes_from_folded`) and the store applies them with its le
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
@@ -60,8 +60,38 @@ Fold = PartitionFold | Transform
 
 
 @dataclass(frozen=True)
+class QueryParam:
+    """One parameter of a view query: where it comes from in an HTTP request (``path`` or
+    ``query`` string), its type, and its default (``required`` when there is none)."""
+
+    name: str
+    kind: type[int] | type[str]
+    where: Literal["path", "query"] = "query"
+    default: int | str | None = None
+    required: bool = False
+    description: str = ""
+    minimum: int | None = None
+    maximum: int | None = None
+
+
+@dataclass(frozen=True)
+class Query:
+    """A read a view offers to services: ``tributary query NAME``, ``GET <path>`` over HTTP and
+    the Python client run the same ``run(**params)``, which returns JSON-ready data. ``run``
+    raises :class:`~connectors.errors.StoreUnavailableError` when the store cannot be reached
+    (HTTP 503) and ``LookupError`` when the thing asked for does not exist (HTTP 404)."""
+
+    name: str
+    path: str  # e.g. "/timeline/{user_id}"
+    params: tuple[QueryParam, ...]
+    run: Callable[..., Any]
+    description: str = ""
+
+
+@dataclass(frozen=True)
 class View:
-    """A view: its name, the topics it reads, its fold, and the store that holds it."""
+    """A view: its name, the topics it reads, its fold, the store that holds it, and the
+    queries it serves."""
 
     name: str
     topics: tuple[str, ...]
@@ -69,6 +99,7 @@ class View:
     store: ViewStore
     description: str = ""
     options: dict[str, str] = field(default_factory=dict)  # extra Kafka source options
+    queries: tuple[Query, ...] = ()
 
 
 @dataclass(frozen=True)
