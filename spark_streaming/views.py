@@ -32,6 +32,7 @@ class ViewsConfig:
     checkpoint_root: Path
     mirror_tables: tuple[str, ...] = ()
     topic_prefix: str = "cdc"
+    event_topic_prefix: str = "events."
     max_offsets_per_trigger: int | None = None
     replay_max_offsets_per_trigger: int | None = 500_000
     trigger_interval_s: float = 1.0

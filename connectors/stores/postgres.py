@@ -787,6 +787,11 @@ class TableAccess:
         typed = layout if isinstance(layout, TypedTable) else None
         return self.store._t(self.store.table(collection, self.shadow)), typed
 
+    def table_sql(self, collection: str) -> sql.Composed:
+        """The collection's table in this generation (created if absent), for a view's own
+        set-based SQL in its materializer."""
+        return self._tables(collection)[0]
+
     def _exists(self, collection: str) -> bool:
         row = self.conn.execute(
             "SELECT to_regclass(%s)",

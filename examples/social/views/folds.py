@@ -1,0 +1,207 @@
+"""What the social views read from Kafka, folded per partition into entity writes.
+
+Three inputs, three entity collections (each view keeps the ones it needs):
+
+- ``cdc.public.users`` (Debezium changes of the CRUD table) -> ``users``: key = the user id,
+  fields = the row (``after``), position = the LSN; deletes remove the user;
+- ``events.post`` -> ``posts``: key = the post id, fields = the post (author, text, hashtags,
+  creation and edit time), position = the stream version; ``PostDeleted`` removes it;
+- ``events.follows`` -> ``follows``: key = ``<follower>:<followee>``, fields = both ids,
+  position = the version of the follower's stream; ``UserUnfollowed`` removes the edge.
+
+Every record of a key lives in one partition (keyed topics), so each partition folds alone,
+on an executor. Users are folded columnar (the mirror's fold); events are Avro-decoded one by
+one (no columnar Avro reader here) and folded per key to the newest version.
+"""
+
+import io
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+import pyarrow.json as pj  # type: ignore[import-untyped]
+
+from cdc.outbox import EVENT_SCHEMA
+from connectors.avro import MAGIC, SchemaCatalog
+from event_store.event import Position, RecordedEvent
+from examples.social.posts import POST_UPCASTERS
+from projections.folding import emit, folded_batch, records_table, rejections
+from projections.mirror import fold_changes
+
+USERS, POSTS, FOLLOWS = "users", "posts", "follows"
+
+_CATALOG = SchemaCatalog()
+_CATALOG.register(EVENT_SCHEMA)  # the envelope the outbox writes (data, metadata: JSON)
+
+
+def fold_search(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The search index's inputs: users and posts."""
+    return fold_entities(batches, {USERS, POSTS})
+
+
+def fold_profile(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The profile cache's inputs: users, posts and follows."""
+    return fold_entities(batches, {USERS, POSTS, FOLLOWS})
+
+
+def fold_timeline(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The home timeline's inputs: posts and follows."""
+    return fold_entities(batches, {POSTS, FOLLOWS})
+
+
+def fold_entities(batches: Iterable[pa.RecordBatch], wanted: set[str]) -> Iterator[pa.RecordBatch]:
+    """Fold one partition's records into entity writes of the ``wanted`` collections."""
+    table = records_table(batches)
+    if table.num_rows == 0:
+        return
+    topics = table.column("topic").unique().to_pylist()
+    for topic in topics:
+        part = table.filter(pc.equal(table.column("topic"), topic)) if len(topics) > 1 else table
+        if _carries_events(part):
+            yield from emit(_fold_events(part, wanted))
+        elif USERS in wanted:
+            yield from emit([_rekey_users(b) for b in fold_changes(part.to_batches(), USERS)])
+
+
+def _carries_events(part: pa.Table) -> bool:
+    """Event topics hold Avro single-object records (``C3 01``); CDC topics hold JSON."""
+    values = part.column("value")
+    for value in values.filter(pc.is_valid(values)).slice(0, 8).to_pylist():
+        if value[:2] == MAGIC:
+            return True
+    return False
+
+
+def _rekey_users(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """User entries are keyed by the bare id (``7``), as posts and follows name their users."""
+    keys = batch.column("key")
+    if keys.null_count == len(keys):
+        return batch  # rejections only
+    present = pc.is_valid(keys)
+    text = b"\n".join(k.encode() for k in keys.filter(present).to_pylist())
+    ids = pj.read_json(
+        io.BytesIO(text),
+        parse_options=pj.ParseOptions(
+            explicit_schema=pa.schema([("id", pa.int64())]), unexpected_field_behavior="ignore"
+        ),
+    ).column("id")
+    it = iter(ids.to_pylist())
+    rekeyed = [None if not ok else str(next(it)) for ok in present.to_pylist()]
+    index = batch.schema.get_field_index("key")
+    return batch.set_column(index, "key", pa.array(rekeyed, pa.string()))
+
+
+@dataclass
+class _Folded:
+    collection: str
+    key: str
+    position: int
+    fields: dict[str, Any] | None  # None: deleted
+    changes: list[int] = field(default_factory=list)
+    fresh: bool = False
+    row: int = 0
+
+
+def decode_event(value: bytes) -> dict[str, Any]:
+    """An event record's envelope, its data upcast to the current shape."""
+    envelope = _CATALOG.decode(value)
+    data = json.loads(envelope["data"])
+    recorded = RecordedEvent(
+        envelope["event_id"],
+        envelope["stream_id"],
+        envelope["stream_type"],
+        int(envelope["version"]),
+        envelope["event_type"],
+        int(envelope["schema_version"]),
+        data,
+        {},
+        datetime.now(UTC),
+        Position(0, 0),
+    )
+    current = POST_UPCASTERS.upcast(recorded)
+    return {**envelope, "event_type": current.event_type, "data": dict(current.data)}
+
+
+def _entity(event: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None, bool] | None:
+    """(collection, key, fields or None for a removal, created) of an event; None: ignored."""
+    data, kind = event["data"], event["event_type"]
+    if kind in ("PostCreated", "PostEdited"):
+        fields = {
+            "post_id": int(data["post_id"]),
+            "author_id": int(data["author_id"]),
+            "text": str(data["text"]),
+            "hashtags": list(data.get("hashtags") or []),
+            "created_at": data["created_at"],
+            "edited_at": data.get("edited_at"),
+        }
+        return POSTS, str(data["post_id"]), fields, kind == "PostCreated"
+    if kind == "PostDeleted":
+        return POSTS, str(data["post_id"]), None, False
+    if kind in ("UserFollowed", "UserUnfollowed"):
+        key = f"{int(data['follower_id'])}:{int(data['followee_id'])}"
+        if kind == "UserUnfollowed":
+            return FOLLOWS, key, None, False
+        fields = {
+            "follower_id": int(data["follower_id"]),
+            "followee_id": int(data["followee_id"]),
+            "followed_at": data.get("followed_at"),
+        }
+        return FOLLOWS, key, fields, True
+    return None
+
+
+def _fold_events(table: pa.Table, wanted: set[str]) -> list[pa.RecordBatch | None]:
+    values = table.column("value").to_pylist()
+    folded: dict[tuple[str, str], _Folded] = {}
+    reasons: dict[int, str] = {}
+    offsets = table.column("offset").to_pylist()
+    order = sorted(range(len(values)), key=offsets.__getitem__)
+    for row in order:
+        value = values[row]
+        if value is None:
+            continue  # events are never deleted: a tombstone here means nothing
+        try:
+            event = decode_event(value)
+            entity = _entity(event)
+        except Exception as exc:  # any undecodable record is a dead letter, never a stop
+            reasons[row] = f"not a readable event: {type(exc).__name__}: {exc}"
+            continue
+        if entity is None or entity[0] not in wanted:
+            continue
+        collection, key, fields, created = entity
+        version = int(event["version"])
+        current = folded.get((collection, key))
+        if current is not None and version <= current.position:
+            continue  # a re-sent older event
+        if current is None or created or current.fields is None:
+            current = _Folded(collection, key, version, fields, [], created)
+            folded[(collection, key)] = current
+        current.position, current.fields, current.row = version, fields, row
+        if fields is not None:
+            current.changes.append(version)
+    return [_write_batch(table, list(folded.values())), rejections(table, reasons)]
+
+
+def _write_batch(table: pa.Table, items: list[_Folded]) -> pa.RecordBatch | None:
+    if not items:
+        return None
+    rows = pa.array([item.row for item in items], pa.int64())
+    return folded_batch(
+        {
+            "collection": [item.collection for item in items],
+            "key": [item.key for item in items],
+            "position": [item.position for item in items],
+            "deleted": [item.fields is None for item in items],
+            "fields": [None if item.fields is None else json.dumps(item.fields) for item in items],
+            "changes": [item.changes for item in items],
+            "fresh": [item.fresh for item in items],
+            "topic": table.column("topic").take(rows),
+            "partition": table.column("partition").take(rows),
+            "offset": table.column("offset").take(rows),
+        },
+        len(items),
+    )
