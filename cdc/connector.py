@@ -15,6 +15,7 @@ from pathlib import Path
 from cdc.errors import ConnectorFailedError
 from cdc.handler import PublishingHandler
 from cdc.outbox import EVENT_TOPIC_PREFIX
+from cdc.published import PublishedStreams
 from cdc.publisher import ChangePublisher
 from cdc.routing import ChangeRouter
 from cdc.signals import ensure_signal_table
@@ -35,11 +36,13 @@ rootLogger.appenderRef.file.ref=file
 """
 
 
-def topic_spec_for(partitions: int) -> Callable[[str], TopicSpec]:
+def topic_spec_for(
+    partitions: int, event_prefix: str = EVENT_TOPIC_PREFIX
+) -> Callable[[str], TopicSpec]:
     """Event topics are history (never compacted, kept forever); everything else is state."""
 
     def spec(topic: str) -> TopicSpec:
-        if topic.startswith(EVENT_TOPIC_PREFIX):
+        if topic.startswith(event_prefix):
             return history_topic(topic, partitions)
         if topic == SCHEMAS_TOPIC:
             return state_topic(topic, 1)
@@ -90,13 +93,20 @@ class CdcConnector:
         from pydbzengine import DebeziumJsonEngine  # starts nothing until used
 
         ensure_signal_table(self.config.database)
+        published = None
+        if self.config.outbox_schema is not None:
+            published = PublishedStreams(self.config.database, self.config.outbox_schema)
+            published.check()
         publisher = ChangePublisher(
-            self._kafka, spec_for=topic_spec_for(self.runtime.topic_partitions)
+            self._kafka,
+            spec_for=topic_spec_for(self.runtime.topic_partitions, self.config.event_topic_prefix),
+            on_published=None if published is None else published.record,
         )
         router = ChangeRouter(
             skip_topics=self.config.internal_topics,
             unpositioned_topics=frozenset({self.config.heartbeat_topic}),
             outbox_topic=self.config.outbox_topic,
+            event_topic_prefix=self.config.event_topic_prefix,
         )
         handler = PublishingHandler(publisher, router, self.status, self.status_file.write)
         engine = DebeziumJsonEngine(
@@ -120,6 +130,8 @@ class CdcConnector:
             engine.close()
             worker.join(timeout=60)
         publisher.close()
+        if published is not None:
+            published.close()
         if self._failure is not None or not stop.is_set():
             reason = self._failure or "the engine stopped on its own; see the Debezium log"
             self.status.state = "failed"

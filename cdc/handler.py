@@ -48,6 +48,7 @@ class PublishingHandler(BasePythonChangeHandler):
         status = self._status
         status.read_seconds += routed - started
         status.publish_seconds += time.perf_counter() - routed
+        status.record_seconds += self._publisher.record_seconds
         status.state = "running"
         status.batches += 1
         if published:

@@ -11,7 +11,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from cdc.publisher import LSN_HEADER, HeaderList, OutgoingChange
+from cdc.publisher import LSN_HEADER, HeaderList, OutgoingChange, StreamVersion
 from connectors.avro import SCHEMAS_TOPIC, AvroSchema
 
 EVENT_TOPIC_PREFIX = "events."
@@ -38,14 +38,15 @@ EVENT_SCHEMA = AvroSchema.of(
 )
 
 
-def event_topic(stream_type: str) -> str:
-    return f"{EVENT_TOPIC_PREFIX}{stream_type}"
+def event_topic(stream_type: str, prefix: str = EVENT_TOPIC_PREFIX) -> str:
+    return f"{prefix}{stream_type}"
 
 
 class EventOutbox:
     """Turns a captured ``events`` row into the event record (and the schema record once)."""
 
-    def __init__(self) -> None:
+    def __init__(self, topic_prefix: str = EVENT_TOPIC_PREFIX) -> None:
+        self.topic_prefix = topic_prefix
         self._schema_published = False
 
     def route(self, envelope: str, lsn: bytes) -> list[OutgoingChange]:
@@ -82,10 +83,11 @@ class EventOutbox:
             self._schema_published = True
         out.append(
             OutgoingChange(
-                event_topic(record["stream_type"]),
+                event_topic(record["stream_type"], self.topic_prefix),
                 record["stream_id"].encode(),
                 EVENT_SCHEMA.encode(record),
                 headers,
+                StreamVersion(record["stream_id"], record["stream_type"], record["version"]),
             )
         )
         return out

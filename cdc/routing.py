@@ -4,7 +4,7 @@ import json
 from typing import Any
 
 from cdc.errors import PublishError
-from cdc.outbox import EventOutbox
+from cdc.outbox import EVENT_TOPIC_PREFIX, EventOutbox
 from cdc.publisher import LSN_HEADER, TXID_HEADER, HeaderList, OutgoingChange
 from connectors.changes import position_of
 
@@ -49,11 +49,12 @@ class ChangeRouter:
         skip_topics: frozenset[str] = frozenset(),
         unpositioned_topics: frozenset[str] = frozenset(),
         outbox_topic: str | None = None,
+        event_topic_prefix: str = EVENT_TOPIC_PREFIX,
     ) -> None:
         self._skip = skip_topics
         self._unpositioned = unpositioned_topics
         self._outbox_topic = outbox_topic
-        self._outbox = EventOutbox()
+        self._outbox = EventOutbox(event_topic_prefix)
         self._last: dict[tuple[str, str], HeaderList] = {}
         self.last_lsn: int | None = None
 

@@ -24,6 +24,7 @@ class ConnectorStatus:
     # producing them until Kafka acknowledged. The rest of the wall time is Debezium's.
     read_seconds: float = 0.0
     publish_seconds: float = 0.0
+    record_seconds: float = 0.0  # of publish_seconds: recording published_streams
     error: str | None = None
 
     def as_dict(self) -> dict[str, object]:

@@ -38,6 +38,7 @@ class DebeziumPostgresConfig:
     poll_interval_ms: int = 50
     offsets_file: Path | None = None
     outbox_table: str | None = "event_store.events"
+    event_topic_prefix: str = "events."  # the outbox's events go to <prefix><stream_type>
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -49,6 +50,13 @@ class DebeziumPostgresConfig:
         for table in self.tables:
             if table.count(".") != 1:
                 raise ValueError(f"table {table!r} must be written schema.table")
+        if self.outbox_schema is not None and f"{self.outbox_schema}.published_streams" in (
+            self.tables
+        ):
+            raise ValueError(
+                f"{self.outbox_schema}.published_streams is the connector's own record of what "
+                "it published: do not capture it"
+            )
 
     @property
     def slot_name(self) -> str:
@@ -90,6 +98,14 @@ class DebeziumPostgresConfig:
         if self.outbox_table is None or self.outbox_table not in self.tables:
             return None
         return self.topic_for(self.outbox_table)
+
+    @property
+    def outbox_schema(self) -> str | None:
+        """The event store's schema (where ``published_streams`` is), when the outbox is
+        captured."""
+        if self.outbox_topic is None or self.outbox_table is None:
+            return None
+        return self.outbox_table.split(".", 1)[0]
 
     @property
     def internal_topics(self) -> frozenset[str]:

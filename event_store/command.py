@@ -33,6 +33,12 @@ class Accepted:
     position: Position | None  # of the last event; None when the command decided nothing
     status: Literal["accepted"] = "accepted"
 
+    @property
+    def position_token(self) -> str:
+        """``<stream_type>/<stream_id>@<version>``: what a caller waits on to read its write
+        in the views (``spark_streaming.read_your_writes.ViewWaiter``)."""
+        return position_token(self.stream_type, self.stream_id, self.version)
+
     def to_json(self) -> JsonObject:
         return {
             "status": self.status,
@@ -42,6 +48,7 @@ class Accepted:
             "version": self.version,
             "event_ids": list(self.event_ids),
             "position": None if self.position is None else str(self.position),
+            "position_token": self.position_token,
         }
 
 
@@ -60,8 +67,14 @@ class Rejected:
 CommandResult = Accepted | Rejected
 
 
+def position_token(stream_type: str, stream_id: str, version: int) -> str:
+    """The position token of a stream at ``version`` (``post/post-12@3``)."""
+    return f"{stream_type}/{stream_id}@{version}"
+
+
 def result_from_json(data: JsonObject) -> CommandResult:
-    """The inverse of ``to_json()`` of either result."""
+    """The inverse of ``to_json()`` of either result (``position_token`` is derived, so JSON
+    without it, written before tokens existed, reads the same)."""
     if data.get("status") == "accepted":
         position = data.get("position")
         return Accepted(

@@ -5,7 +5,8 @@ routed by ``stream_type``). A trigger rejects UPDATE, DELETE and TRUNCATE for ev
 owner included, and :func:`grant_application_role` gives the application only SELECT and
 INSERT on it. ``transaction_id`` is the writer's transaction id (``pg_current_xact_id()``),
 which :meth:`EventStore.read_all` uses to order and to hold readers back behind running
-writers.
+writers. ``published_streams`` is where the CDC connector records, per stream, the last
+published version and the Kafka topic, partition and offset of its record (updated in place).
 """
 
 import re
@@ -74,6 +75,17 @@ class StoreTables:
             Column("stream_id", Text),
             Column("result", JSONB, nullable=False),
             Column("recorded_at", DateTime(timezone=True), nullable=False),
+        )
+        self.published_streams = Table(
+            "published_streams",
+            self.metadata,
+            Column("stream_id", Text, primary_key=True),
+            Column("stream_type", Text, nullable=False),
+            Column("version", Integer, nullable=False),
+            Column("topic", Text, nullable=False),
+            Column("partition", Integer, nullable=False),
+            Column("offset", BigInteger, nullable=False),
+            Column("published_at", DateTime(timezone=True), nullable=False),
         )
         self.consumer_positions = Table(
             "consumer_positions",
@@ -148,6 +160,19 @@ def _ddl(schema: str) -> list[str]:
             updated_at   timestamptz NOT NULL DEFAULT now(),
             PRIMARY KEY (consumer, topic, partition)
         )""",
+        # Where each stream's latest published event landed on Kafka, written by the CDC
+        # publisher once Kafka acknowledged it; read-your-writes waits compare view offsets
+        # with it. Not captured by CDC (the connector's publication lists its tables).
+        f"""
+        CREATE TABLE IF NOT EXISTS {s}.published_streams (
+            stream_id     text PRIMARY KEY,
+            stream_type   text NOT NULL,
+            version       integer NOT NULL,
+            topic         text NOT NULL,
+            partition     integer NOT NULL,
+            "offset"      bigint NOT NULL,
+            published_at  timestamptz NOT NULL DEFAULT now()
+        )""",
     ]
 
 
@@ -168,13 +193,15 @@ def grant_application_role(connection: Connection, role: str, schema: str = DEFA
     """Give ``role`` what the application needs and nothing more.
 
     Events and command records: SELECT and INSERT only (never UPDATE, DELETE, TRUNCATE).
-    Snapshots and consumer positions are replaceable caches: full DML.
+    Snapshots and consumer positions are replaceable caches: full DML. Published streams:
+    SELECT, INSERT, UPDATE (the CDC publisher upserts, read-your-writes waits read).
     """
     s, r = check_identifier(schema), check_identifier(role)
     for statement in [
         f"GRANT USAGE ON SCHEMA {s} TO {r}",
         f"GRANT SELECT, INSERT ON {s}.events, {s}.commands TO {r}",
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.snapshots, {s}.consumer_positions TO {r}",
+        f"GRANT SELECT, INSERT, UPDATE ON {s}.published_streams TO {r}",
     ]:
         connection.execute(text(statement))
 

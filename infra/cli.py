@@ -3,7 +3,9 @@
 from infra import (  # noqa: F401  (each module registers its commands)
     cli_cdc,
     cli_events,
+    cli_query,
     cli_run,
+    cli_serve,
     cli_stack,
     cli_views,
 )

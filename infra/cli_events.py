@@ -2,17 +2,21 @@
 
 ``tributary run-commands`` (and ``run_commands`` for ``tributary run commands``) consumes the
 ``commands`` topic until SIGTERM/Ctrl-C; ``tributary command TYPE --data JSON [--wait]``
-sends one command through the topic and, with ``--wait``, prints its result as JSON.
+sends one command through the topic and, with ``--wait``, prints its result as JSON; with
+``--wait-views`` it then waits until every configured view reading the command's topic has
+applied it (exit 3, naming the lagging views, when they do not within the timeout).
 """
 
 import importlib
 import json
 import signal
 import sys
+import time
 from types import FrameType
 from typing import Annotated, Any
 
 import typer
+from sqlalchemy import Engine
 
 from connectors.postgres import make_engine
 from event_store import CommandBus, CommandRegistry, EventStore, SnapshotPolicy, create_schema
@@ -22,7 +26,7 @@ from event_store.command_topic import (
     CommandTopics,
     ensure_topics,
 )
-from infra.cli_app import app, console, fail, settings
+from infra.cli_app import app, console, err_console, fail, settings
 from infra.settings import Settings
 from tributary.errors import TributaryError
 
@@ -48,23 +52,33 @@ def load_registry(spec: str) -> tuple[CommandRegistry, Any]:
     return registry, module
 
 
-def run_commands(s: Settings) -> None:
-    """Create what is missing (schema, topics, the domain's tables), then process commands."""
-    registry, module = load_registry(s.command_handlers)
-    engine = make_engine(s.postgres())
+def prepare_database(s: Settings, engine: Engine, module: Any) -> None:
+    """Create what is missing in PostgreSQL: the event store's schema, and the domain's tables
+    (the handlers module's ``prepare_database(connection)`` hook, when it has one)."""
     with engine.begin() as conn:
         create_schema(conn, s.event_store_schema)
         prepare = getattr(module, "prepare_database", None)
         if callable(prepare):
-            prepare_database: Any = prepare
-            prepare_database(conn)
-    store = EventStore(engine, s.event_store_schema)
-    bus = CommandBus(
-        store,
+            hook: Any = prepare
+            hook(conn)
+
+
+def command_bus(s: Settings, engine: Engine, registry: CommandRegistry) -> CommandBus:
+    """The command bus every entry point (topic, HTTP) runs commands through."""
+    return CommandBus(
+        EventStore(engine, s.event_store_schema),
         registry,
         SnapshotPolicy(s.event_store_snapshot_every),
         max_retries=s.event_store_max_retries,
     )
+
+
+def run_commands(s: Settings) -> None:
+    """Create what is missing (schema, topics, the domain's tables), then process commands."""
+    registry, module = load_registry(s.command_handlers)
+    engine = make_engine(s.postgres())
+    prepare_database(s, engine, module)
+    bus = command_bus(s, engine, registry)
     topics = command_topics(s)
     kafka = s.kafka("tributary-commands")
     ensure_topics(kafka, topics)
@@ -101,12 +115,23 @@ def command(
         str, typer.Option("--data", help="The command's data as a JSON object.")
     ] = "{}",
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the result; print it.")] = False,
+    wait_views: Annotated[
+        bool,
+        typer.Option(
+            "--wait-views",
+            help="Wait for the result, then until every view reading the command's topic "
+            "applied it (exit 3 naming the views that did not).",
+        ),
+    ] = False,
     command_id: Annotated[
         str | None, typer.Option("--id", help="Command id (default: a new UUID).")
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 30.0,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait with --wait or --wait-views, in all.")
+    ] = 30.0,
 ) -> None:
     """Send a command through the commands topic; with --wait print its result as JSON."""
+    started = time.monotonic()
     try:
         parsed = json.loads(data)
     except json.JSONDecodeError as exc:
@@ -120,7 +145,7 @@ def command(
         registry = None  # only used to choose the message key
     client = CommandClient(s.kafka("tributary-cli"), command_topics(s), registry)
     try:
-        if not wait:
+        if not (wait or wait_views):
             sent = client.send(command_type, parsed, command_id)
             sys.stdout.write(json.dumps({"status": "sent", "command_id": sent}) + "\n")
             return
@@ -130,3 +155,23 @@ def command(
     sys.stdout.write(json.dumps(result.to_json()) + "\n")
     if result.status == "rejected":
         raise typer.Exit(code=2)
+    if wait_views:
+        _wait_views(s, result.position_token, timeout - (time.monotonic() - started))
+
+
+def _wait_views(s: Settings, token: str, timeout: float) -> None:
+    """Exit 3 naming the views that did not apply ``token`` within ``timeout``."""
+    from infra.client import view_waiter  # the client imports this module
+    from spark_streaming.read_your_writes import ViewsLaggingError
+
+    try:
+        waiter = view_waiter(s)
+    except TributaryError as exc:
+        fail(exc)
+    try:
+        waiter.wait(token, max(timeout, 0.0))
+    except ViewsLaggingError as exc:
+        err_console.print(f"views lagging: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(code=3) from None
+    finally:
+        waiter.close()

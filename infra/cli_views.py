@@ -35,6 +35,7 @@ def views_config(s: Settings) -> ViewsConfig:
         checkpoint_root=(s.view_checkpoint_dir or s.home / "checkpoints").resolve(),
         mirror_tables=tuple(t.strip() for t in s.mirror_tables.split(",") if t.strip()),
         topic_prefix=s.cdc_topic_prefix,
+        event_topic_prefix=s.event_topic_prefix,
         max_offsets_per_trigger=s.view_max_offsets_per_trigger,
         replay_max_offsets_per_trigger=s.view_replay_max_offsets_per_trigger,
         trigger_interval_s=s.view_trigger_interval_s,

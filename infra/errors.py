@@ -21,3 +21,20 @@ class StartTimeoutError(InfraError):
 
 class StateFolderError(InfraError):
     """The state folder cannot be used (permissions, foreign files)."""
+
+
+class QueryDeclarationError(InfraError):
+    """Views declare queries that cannot be served together (a name or path twice, a path
+    placeholder without its parameter, ...): fix the view factory."""
+
+
+class UnknownQueryError(InfraError):
+    """No configured view declares a query by that name."""
+
+
+class QueryArgumentError(InfraError):
+    """An argument of a view query is missing, unknown, of the wrong type or out of range."""
+
+
+class ReadYourWritesUnavailableError(InfraError):
+    """Waiting for a position token is not possible here (the waiter cannot be loaded)."""

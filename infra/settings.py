@@ -82,6 +82,9 @@ class Settings(BaseSettings):
         "event_store.events",
         description="The event store's table: its rows go to events.<stream_type> in Avro.",
     )
+    event_topic_prefix: str = Field(
+        "events.", description="The event store's events go to <prefix><stream_type>."
+    )
     cdc_replica_identity_full: Annotated[tuple[str, ...], NoDecode] = Field(
         (), description="Tables set to REPLICA IDENTITY FULL (full before-images)."
     )
@@ -147,6 +150,7 @@ class Settings(BaseSettings):
             snapshot_mode=self.cdc_snapshot_mode,
             heartbeat_interval_ms=self.cdc_heartbeat_ms,
             outbox_table=self.cdc_outbox_table or None,
+            event_topic_prefix=self.event_topic_prefix,
             offsets_file=(self.cdc_state_dir / f"{self.cdc_connector_name}.offsets").resolve(),
         )
 

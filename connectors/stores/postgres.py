@@ -95,6 +95,7 @@ class PostgresStore:
         self.view = view
         self.materializer = materializer
         self.prefix = table_prefix or slug(view)
+        self._ledger_ready = False  # ensure_ledger ran once for this store object
         self.layouts: dict[str, Layout] = {}
         for layout in collections:
             name = layout.collection if isinstance(layout, TypedTable) else layout.name
@@ -142,8 +143,13 @@ class PostgresStore:
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
         try:
-            with psycopg.connect(self.dsn, autocommit=False) as conn, conn.transaction():
-                ensure_ledger(conn, self.schema)
+            with (
+                psycopg.connect(self.dsn, autocommit=False, connect_timeout=10) as conn,
+                conn.transaction(),
+            ):
+                if not self._ledger_ready:
+                    ensure_ledger(conn, self.schema)
+                    self._ledger_ready = True
                 yield conn
         except psycopg.OperationalError as exc:
             raise StoreError(f"view {self.view}: PostgreSQL unreachable: {exc}") from exc

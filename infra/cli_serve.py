@@ -1,0 +1,72 @@
+"""CLI: ``tributary serve`` runs the HTTP API (commands in, view queries out) under uvicorn.
+
+The port is bound before uvicorn starts, so a busy port is reported plainly (naming the
+option that chooses it) instead of as a server traceback. SIGTERM and Ctrl-C stop it
+gracefully: requests in flight finish (at most ``GRACE_S`` seconds), then it exits 0.
+"""
+
+import errno
+import signal
+import socket
+from typing import Annotated
+
+import typer
+
+from infra.cli_app import app, console, fail, settings
+from tributary.errors import TributaryError
+
+GRACE_S = 15
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening-ready socket on ``host:port``; fails with what to do when it cannot."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        fail(f"--host {host}: cannot resolve it ({exc.strerror})")
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            fail(
+                f"port {port} on {host} is in use: stop what holds it, or choose another port"
+                " with --port"
+            )
+        fail(f"cannot listen on {host}:{port} ({exc.strerror}): choose another --host or --port")
+    return sock
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
+) -> None:
+    """Serve the HTTP API: POST /commands, a GET route per view query, /health, /docs."""
+    import uvicorn
+
+    from infra.http_api import create_app
+
+    try:
+        api = create_app(settings())
+    except TributaryError as exc:
+        fail(exc)
+    sock = bind(host, port)
+    # uvicorn handles SIGTERM/SIGINT while it serves, then raises the signal again once it has
+    # stopped: these no-op handlers receive it, so the process exits 0 after a graceful stop.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+    server = uvicorn.Server(
+        uvicorn.Config(api, timeout_graceful_shutdown=GRACE_S, log_level="info")
+    )
+    bound_port = sock.getsockname()[1]
+    console.print(f"serving http://{host}:{bound_port} (OpenAPI at /docs); Ctrl-C stops")
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    console.print("stopped")

@@ -1,0 +1,60 @@
+"""Per-test views (their own PostgreSQL schema and Redis names), the app over them, and the
+event store of ``tests/integration/event_store`` for the commands."""
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from infra.http_api import create_app
+from projections.view import View
+from tests.integration.api.library import BatchWaiter, build_views, fill
+from tests.integration.conftest import Endpoints
+from tests.integration.event_store.conftest import StoreEnv, env  # noqa: F401  (fixture)
+from tests.ports import free_port_block
+
+
+@pytest.fixture
+def views_schema(stack: Endpoints, unique: str) -> Iterator[str]:
+    schema = f"api_{unique}"
+    yield schema
+    with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    client = redis.Redis.from_url(stack.redis_url)
+    keys = list(client.scan_iter(match=f"tributary:*{schema}*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+@pytest.fixture
+def api_views(stack: Endpoints, views_schema: str) -> list[View]:
+    """The notes and counters views, holding batch 0."""
+    views = build_views(stack.postgres_dsn, views_schema, stack.redis_url)
+    fill(views)
+    return views
+
+
+@pytest.fixture
+def waiter(api_views: list[View]) -> BatchWaiter:
+    return BatchWaiter(api_views)
+
+
+@pytest.fixture
+def client(
+    stack: Endpoints,
+    api_views: list[View],
+    env: StoreEnv,  # noqa: F811
+    waiter: BatchWaiter,
+) -> Iterator[TestClient]:
+    app = create_app(stack.settings, views=api_views, bus=env.bus(), waiter=waiter)
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A port nothing listens on."""
+    return free_port_block(1)
