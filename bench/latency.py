@@ -143,7 +143,11 @@ def main() -> None:
     parser.add_argument("--trigger", type=float, default=1.0, help="views' trigger interval, s")
     args = parser.parse_args()
 
-    settings = isolated_settings("tributary-latency-")
+    settings = isolated_settings(
+        "tributary-latency-",
+        views="examples.social.views:social_views",
+        view_trigger_interval_s=args.trigger,
+    )
     stack = LocalStack(settings)
     stack.up()
     try:
@@ -179,12 +183,16 @@ def bench(settings: Settings, kafka: KafkaConfig, topics: CommandTopics, args: A
     social = [v for v in views if not v.name.startswith("mirror.")]
     event_topics = ["events.post", "events.follows"]
     deadline = time.monotonic() + 300
+    admin = TopicAdmin(kafka)
+    while not set(event_topics) <= set(admin.topic_names()):
+        assert time.monotonic() < deadline, "CDC never published the warm-up events"
+        time.sleep(0.5)
     while time.monotonic() < deadline:
         ends = {
             i.name: {str(p.partition): p.end_offset for p in i.partitions}
             for i in TopicAdmin(kafka).describe(event_topics)
         }
-        done = all(
+        done = bool(ends) and all(
             all(
                 v.store.committed(v.store.live_generation()).offsets.get(t, {}).get(p, 0) >= e
                 for t in event_topics
@@ -291,6 +299,11 @@ def bench(settings: Settings, kafka: KafkaConfig, topics: CommandTopics, args: A
                 continue
             stages[view.name].append(visible - began)
     print(f"\n{len(results)} accepted of {len(sent)} sent; {missing} measurements missing")
+    if missing:
+        for name in ("cdc", "views"):
+            log = settings.home / "logs" / f"run-{name}.log"
+            if log.exists():
+                print(f"--- {log.name} (end)\n" + log.read_text(errors="replace")[-1500:])
     print(f"{'stage':<12}{'n':>6}{'p50 s':>9}{'p95 s':>9}{'p99 s':>9}{'max s':>9}")
     for stage, values in stages.items():
         if not values:

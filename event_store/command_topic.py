@@ -177,7 +177,12 @@ class CommandProcessor:
     def process_batch(self, timeout: float = 0.5) -> int:
         """Handle the next batch (up to ``batch_size`` messages); returns how many."""
         self._assign()
-        messages = self._consumer.consume(self.batch_size, timeout)
+        # Wait for the first message only; then take what is already fetched. (consume(n, t)
+        # would wait the whole timeout whenever fewer than n messages are there.)
+        first = self._consumer.poll(timeout)
+        if first is None:
+            return 0
+        messages = [first, *self._consumer.consume(self.batch_size - 1, 0)]
         next_offsets: dict[int, int] = {}
         handled = 0
         for msg in messages:

@@ -102,28 +102,39 @@ def read_range(options: KafkaSourceOptions, offset_range: OffsetRange) -> Iterat
     consumer = source_consumer(options)
     try:
         start = _checked_start(consumer, options, offset_range)
-        if start >= end:
-            return
-        consumer.assign([TopicPartition(topic, partition, start)])
-        yield from _consume(consumer, options, offset_range, start)
+        if start < end:
+            consumer.assign([TopicPartition(topic, partition, start)])
+            yield from _consume(consumer, options, offset_range, start)
     finally:
         consumer.close()
 
 
 def _checked_start(consumer: Consumer, options: KafkaSourceOptions, r: OffsetRange) -> int:
+    """Where a range starts: its start, unless the broker no longer has it. Only ``EARLIEST``
+    asks the broker; a deleted start shows up as an out-of-range fetch (see ``_consume``)."""
+    if r.start != EARLIEST:
+        return r.start
     low, _ = consumer.get_watermark_offsets(
         TopicPartition(r.topic, r.partition), timeout=options.poll_timeout_s
     )
-    if r.start == EARLIEST:
-        return int(low)
-    if r.start < low:
+    return int(low)
+
+
+def _out_of_range(consumer: Consumer, options: KafkaSourceOptions, r: OffsetRange, at: int) -> int:
+    """The start after an out-of-range fetch: a data-loss error, or the log's first offset."""
+    low, _ = consumer.get_watermark_offsets(
+        TopicPartition(r.topic, r.partition), timeout=options.poll_timeout_s
+    )
+    if at < low:
         if options.fail_on_data_loss:
             raise DataLossError(
-                f"{r.topic}[{r.partition}]: offsets {r.start}..{low - 1} are no longer on the"
+                f"{r.topic}[{r.partition}]: offsets {at}..{low - 1} are no longer on the"
                 " broker. Set failOnDataLoss=false to skip them."
             )
         return int(low)
-    return r.start
+    raise StreamingError(
+        f"{r.topic}[{r.partition}]: offset {at} is out of range (the log starts at {low})"
+    )
 
 
 def _consume(
@@ -148,6 +159,13 @@ def _consume(
                     if (message.offset() or 0) >= r.end:
                         position = r.end
                     continue
+                if error.code() in (
+                    RdKafkaError._AUTO_OFFSET_RESET,
+                    RdKafkaError.OFFSET_OUT_OF_RANGE,
+                ):
+                    position = _out_of_range(consumer, options, r, position)
+                    consumer.assign([TopicPartition(r.topic, r.partition, position)])
+                    break
                 raise StreamingError(
                     f"{r.topic}[{r.partition}] fetch failed at {position}: {error.str()}"
                 )

@@ -7,6 +7,7 @@ Same columns and option names as Spark's connector. The planner side (``latestOf
 in Spark's checkpoint.
 """
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -45,15 +46,26 @@ from spark_streaming.kafka_reader import (
 )
 
 SOURCE_NAME = "tributary_kafka"
+DISCOVERY_INTERVAL_S = 5.0  # new topics and partitions are found within this many seconds
+SMALL_BATCH = 20_000  # a micro-batch spanning at most this many offsets is read by one task
+
+
+def known_span(ranges: Sequence[OffsetRange]) -> int:
+    """Offsets the ranges span (a range from the earliest offset counts as large)."""
+    return sum(r.end - r.start if r.start >= 0 else SMALL_BATCH + 1 for r in ranges)
+
+
 FOLDED_STRUCT = from_arrow_schema(FOLDED_SCHEMA)
 
 
 class KafkaRange(InputPartition):
-    """One partition's offset range of a micro-batch (pickled to an executor)."""
+    """The offset ranges one Spark task reads (pickled to an executor): one Kafka partition's
+    range, or, for a small micro-batch, every range of the batch (one task instead of one per
+    partition: a task costs tens of milliseconds however few records it reads)."""
 
-    def __init__(self, offset_range: OffsetRange) -> None:
-        super().__init__(offset_range)
-        self.range = offset_range
+    def __init__(self, ranges: Sequence[OffsetRange]) -> None:
+        super().__init__(tuple(ranges))
+        self.ranges = tuple(ranges)
 
 
 class KafkaDataSource(DataSource):
@@ -78,6 +90,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._consumer: Any = None
         self._target: dict[TopicPartitionKey, int] | None = None
+        self._partitions: list[TopicPartitionKey] | None = None
+        self._discovered_at = 0.0
         self._latest: Offsets | None = None
 
     # -- planner side ------------------------------------------------------------------
@@ -89,8 +103,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _marks(self) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
         consumer = self._client()
-        partitions = discover(consumer, self.options, self.options.poll_timeout_s)
-        return watermarks(consumer, partitions, self.options.poll_timeout_s)
+        now = time.monotonic()
+        if self._partitions is None or now - self._discovered_at > DISCOVERY_INTERVAL_S:
+            self._partitions = discover(consumer, self.options, self.options.poll_timeout_s)
+            self._discovered_at = now
+        return watermarks(consumer, self._partitions, self.options.poll_timeout_s)
 
     def initialOffset(self) -> Offsets:
         lows, highs = self._marks()
@@ -136,7 +153,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._latest
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[KafkaRange]:
-        return [KafkaRange(r) for r in plan_ranges(start, end, self.options.fail_on_data_loss)]
+        ranges = plan_ranges(start, end, self.options.fail_on_data_loss)
+        if len(ranges) > 1 and known_span(ranges) <= SMALL_BATCH:
+            return [KafkaRange(ranges)]
+        return [KafkaRange([r]) for r in ranges]
 
     def commit(self, end: Offsets) -> None:
         """Offsets stay in Spark's checkpoint only: nothing to commit to Kafka."""
@@ -150,11 +170,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
-        offset_range = partition.range
+        for offset_range in partition.ranges:
+            yield from self._read_one(offset_range)
+
+    def _read_one(self, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
         skip = self.options.skip_below.get(offset_range.topic, {}).get(str(offset_range.partition))
         if skip is not None and skip > offset_range.start:
             offset_range = replace(offset_range, start=min(skip, offset_range.end))
         records = read_range(self.options, offset_range)
         if self.options.fold is None:
             return records
+        # Each Kafka partition is folded alone: keys never span partitions.
         return load_fold(self.options.fold)(records)
