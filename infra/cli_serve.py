@@ -35,7 +35,7 @@ def bind(host: str, port: int) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             fail(
                 f"port {port} on {host} is in use: stop what holds it, or choose another port"
-                " with --port"
+                " with --port (or TRIBUTARY_API_PORT)"
             )
         fail(f"cannot listen on {host}:{port} ({exc.strerror}): choose another --host or --port")
     return sock
@@ -43,16 +43,24 @@ def bind(host: str, port: int) -> socket.socket:
 
 @app.command()
 def serve(
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on [default: TRIBUTARY_API_HOST].")
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(min=0, max=65535, help="Port to listen on [default: TRIBUTARY_API_PORT]."),
+    ] = None,
 ) -> None:
     """Serve the HTTP API: POST /commands, a GET route per view query, /health, /docs."""
     import uvicorn
 
     from infra.http_api import create_app
 
+    s = settings()
+    host = s.api_host if host is None else host
+    port = s.api_port if port is None else port
     try:
-        api = create_app(settings())
+        api = create_app(s)
     except TributaryError as exc:
         fail(exc)
     sock = bind(host, port)

@@ -195,10 +195,12 @@ class Settings(BaseSettings):
     )
     view_trigger_interval_s: float = Field(1.0, description="Micro-batch interval of views.")
     views: str = Field(
-        "",
+        "examples.social.views:social_views",
         description="View factories (module:function, comma-separated) whose views run beside"
         " the mirrors.",
     )
+    api_host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
+    api_port: int = Field(18080, description="Port of the HTTP API (tributary serve).")
     index_dir: Path | None = Field(
         None, description="Folder of the search indexes (default <home>/indexes)."
     )

@@ -24,6 +24,7 @@ class ViewsProcess:
             "TRIBUTARY_POSTGRES_URL": stack.database_url,
             "TRIBUTARY_REDIS_URL": stack.redis_url,
             "TRIBUTARY_VIEW_TRIGGER_INTERVAL_S": "0.5",
+            "TRIBUTARY_VIEWS": "",  # only what the test configures
             **{f"TRIBUTARY_{k.upper()}": v for k, v in settings.items()},
         }
         self.proc: subprocess.Popen[bytes] | None = None

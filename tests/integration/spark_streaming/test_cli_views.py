@@ -21,6 +21,7 @@ def cli_env(stack: Endpoints, feed: ChangeFeed, views_schema: str, tmp: Path) ->
         "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
         "TRIBUTARY_POSTGRES_URL": stack.database_url,
         "TRIBUTARY_MIRROR_TABLES": feed.qualified,
+        "TRIBUTARY_VIEWS": "",
         "TRIBUTARY_VIEWS_SCHEMA": views_schema,
         "TRIBUTARY_VIEW_CHECKPOINT_DIR": str(tmp / "checkpoints"),
         "TRIBUTARY_VIEW_TRIGGER_INTERVAL_S": "0.5",
