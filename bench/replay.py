@@ -264,7 +264,12 @@ def main() -> None:
     stack.up()
     work = Path(tempfile.mkdtemp(prefix="tributary-bench-work-"))
     try:
-        spark = spark_session(settings.spark_master, "tributary-bench", driver_memory="2g")
+        spark = spark_session(
+            settings.spark_master,
+            "tributary-bench",
+            driver_memory="2g",
+            local_dir=str(work / "spark"),
+        )
         for size in (int(s) for s in args.sizes.split(",")):
             run_size(spark, settings, work, size, args.keys_per, args.partitions, args.batch)
         spark.stop()

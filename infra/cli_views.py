@@ -48,7 +48,10 @@ def views_config(s: Settings) -> ViewsConfig:
 
 def _spark(s: Settings, config: ViewsConfig) -> Any:
     return spark_session(
-        config.spark_master, "tributary-views", driver_memory=s.spark_driver_memory
+        config.spark_master,
+        "tributary-views",
+        driver_memory=s.spark_driver_memory,
+        local_dir=str((s.home / "spark").resolve()),
     )
 
 
@@ -66,7 +69,14 @@ def run_views(s: Settings, stop: threading.Event, names: list[str] | None = None
         )
     spark = _spark(s, config)
     try:
-        ViewRunner(spark, specs, config.kafka, config.job_options(), log=console.log).run(stop)
+        ViewRunner(
+            spark,
+            specs,
+            config.kafka,
+            config.job_options(),
+            log=console.log,
+            replay_options=config.job_options(replay=True),
+        ).run(stop)
     finally:
         spark.stop()
 

@@ -91,7 +91,14 @@ class Query:
 @dataclass(frozen=True)
 class View:
     """A view: its name, the topics it reads, its fold, the store that holds it, and the
-    queries it serves."""
+    queries it serves.
+
+    ``also``: more stores that receive every batch (e.g. a Kafka topic for downstream teams
+    beside the PostgreSQL tables services read); each keeps its own ledger. ``stateful``: the
+    fold keeps state in Spark's checkpoint (windows, joins, pattern timers), so a lost
+    checkpoint cannot be resumed from the store's offsets: the view is rebuilt from offset zero
+    into a shadow generation instead.
+    """
 
     name: str
     topics: tuple[str, ...]
@@ -100,6 +107,13 @@ class View:
     description: str = ""
     options: dict[str, str] = field(default_factory=dict)  # extra Kafka source options
     queries: tuple[Query, ...] = ()
+    also: tuple[ViewStore, ...] = ()
+    stateful: bool = False
+
+    @property
+    def stores(self) -> tuple[ViewStore, ...]:
+        """Every store of the view, the primary last (it commits each batch last)."""
+        return (*self.also, self.store)
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,16 @@ class CheckpointLog:
 def reconcile(path: Path, store: Offsets, topics: tuple[str, ...]) -> Reconciliation:
     """Keep the checkpoint at ``path`` if it agrees with the store's offsets, else move it aside
     (``<path>.reset-<time>``) so the query restarts from the store."""
+    decision = assess(path, store, topics)
+    if decision.action != "reset":
+        return decision
+    moved = path.with_name(f"{path.name}.reset-{int(time.time() * 1000)}")
+    shutil.move(str(path), str(moved))
+    return Reconciliation("reset", decision.reason, moved)
+
+
+def assess(path: Path, store: Offsets, topics: tuple[str, ...]) -> Reconciliation:
+    """What :func:`reconcile` would do with the checkpoint at ``path``, doing nothing."""
     log = CheckpointLog(path)
     if not path.exists():
         return Reconciliation("fresh", "no checkpoint: starting at the store's offsets")
@@ -106,9 +116,7 @@ def reconcile(path: Path, store: Offsets, topics: tuple[str, ...]) -> Reconcilia
             if store.get(t, {}).get(p, -1) < o
         ]
         reason = "checkpoint is ahead of the store (" + "; ".join(ahead) + ")"
-    moved = path.with_name(f"{path.name}.reset-{int(time.time() * 1000)}")
-    shutil.move(str(path), str(moved))
-    return Reconciliation("reset", reason + ": restarting from the store's offsets", moved)
+    return Reconciliation("reset", reason + ": restarting from the store's offsets")
 
 
 def starting_offsets(store: Offsets) -> str:

@@ -48,3 +48,8 @@ class ViewsLaggingError(StreamingError):
     @property
     def views(self) -> list[str]:
         return list(self.lagging)
+
+
+class CheckpointLostError(StreamingError):
+    """A view that keeps state in Spark's checkpoint lost it (or it disagrees with the view's
+    stores): the view must be rebuilt from offset zero, never resumed with empty state."""

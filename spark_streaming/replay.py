@@ -53,7 +53,8 @@ def replay(
     """Rebuild ``spec`` from offset zero and swap it in; raises :class:`ReplayError` on failure
     (the live view is then untouched). ``hooks`` reach the shadow sink (fault injection)."""
     generation = new_generation()
-    spec.store.prepare(generation)
+    for store in spec.stores:
+        store.prepare(generation)
     totals = {"records": 0, "batches": 0}
     times = {"fold": 0.0, "write": 0.0}
 
@@ -94,7 +95,8 @@ def replay(
         if query is not None and query.isActive:
             query.stop()
         job.close()
-        spec.store.discard(generation)
+        for store in spec.stores:
+            store.discard(generation)
         shutil.rmtree(job.checkpoint, ignore_errors=True)
         if isinstance(exc, ReplayError):
             raise
@@ -104,10 +106,14 @@ def replay(
     job.close()
     began = time.perf_counter()
     try:
+        for store in spec.also:
+            store.swap_in(generation)
         replaced = spec.store.swap_in(generation)
     except Exception as exc:
-        spec.store.discard(generation)
-        raise ReplayError(f"swap of {spec.name} failed, the live view is unchanged: {exc}") from exc
+        for store in spec.stores:
+            if store.live_generation() != generation:
+                store.discard(generation)
+        raise ReplayError(f"swap of {spec.name} failed: {exc}") from exc
     swap_s = time.perf_counter() - began
     # The replaced generation's checkpoint stays until the live job restarts on the new
     # generation (it may still be running on it); ViewJob.start prunes it then.

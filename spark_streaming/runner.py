@@ -10,6 +10,8 @@ from typing import Any
 
 from connectors.kafka import KafkaConfig
 from projections.view import View
+from spark_streaming.errors import CheckpointLostError
+from spark_streaming.replay import replay
 from spark_streaming.view_job import JobOptions, ViewJob
 
 
@@ -36,6 +38,7 @@ class ViewRunner:
         log: Callable[[str], None] = print,
         min_backoff_s: float = 1.0,
         max_backoff_s: float = 60.0,
+        replay_options: JobOptions | None = None,
     ) -> None:
         self.spark = spark
         self.kafka = kafka
@@ -43,13 +46,25 @@ class ViewRunner:
         self.log = log
         self.min_backoff_s = min_backoff_s
         self.max_backoff_s = max_backoff_s
+        self.replay_options = replay_options or options
         self.views = [_Running(spec) for spec in specs]
 
     def _start(self, view: _Running) -> None:
         view.started_at = 0.0
         try:
             view.job = ViewJob(self.spark, view.spec, self.kafka, self.options, log=self.log)
-            view.query = view.job.start()
+            try:
+                view.query = view.job.start()
+            except CheckpointLostError as lost:
+                view.job.close()
+                self.log(f"view {view.spec.name}: {lost}; rebuilding it from offset zero")
+                result = replay(self.spark, view.spec, self.kafka, self.replay_options)
+                self.log(
+                    f"view {view.spec.name}: rebuilt generation {result.generation}"
+                    f" ({result.records} records)"
+                )
+                view.job = ViewJob(self.spark, view.spec, self.kafka, self.options, log=self.log)
+                view.query = view.job.start()
             view.started_at = time.monotonic()
             self.log(f"view {view.spec.name}: running generation {view.job.generation}")
         except Exception as exc:

@@ -15,9 +15,12 @@ def spark_session(
     driver_memory: str = "1g",
     shuffle_partitions: int = 2,
     conf: Mapping[str, str] | None = None,
+    local_dir: str | None = None,
 ) -> Any:
     """Get or create the process's SparkSession: no UI, few shuffle partitions, loopback only,
-    and Python workers on this interpreter (so they import the same packages)."""
+    and Python workers on this interpreter (so they import the same packages). ``local_dir``:
+    Spark's scratch space (block manager, shuffle), so a killed driver leaves its files in a
+    folder of ours rather than in /tmp."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # The data-source planner process ignores spark.pyspark.python: name the interpreter here.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -35,6 +38,9 @@ def spark_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     )
+    if local_dir is not None:
+        os.makedirs(local_dir, exist_ok=True)
+        builder = builder.config("spark.local.dir", local_dir)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

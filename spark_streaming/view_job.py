@@ -27,9 +27,15 @@ from connectors.kafka import KafkaConfig
 from connectors.stores.base import CommitHooks, StoreWriter
 from connectors.stores.model import Batch, Offsets, Rejected, covers, gaps, merge_offsets
 from projections.view import PartitionFold, View, dead_letters_of, writes_from_folded
-from spark_streaming.checkpoint import CheckpointLog, Reconciliation, reconcile, starting_offsets
+from spark_streaming.checkpoint import (
+    CheckpointLog,
+    Reconciliation,
+    assess,
+    reconcile,
+    starting_offsets,
+)
 from spark_streaming.dead_letters import DeadLetterQueue
-from spark_streaming.errors import StreamingError
+from spark_streaming.errors import CheckpointLostError, StreamingError
 from spark_streaming.stream import folded_stream, records_stream
 
 
@@ -58,6 +64,21 @@ class BatchReport:
     offsets: dict[str, dict[str, int]]
     fold_s: float = 0.0  # source read + fold on the executors + transfer to the driver
     write_s: float = 0.0  # the store's atomic apply (with the materializer)
+
+
+def lowest(offsets: list[Offsets]) -> Offsets:
+    """Per partition, the least offset any store reached (a partition some store has not
+    reached at all is left out: it starts at the earliest offset)."""
+    if not offsets:
+        return {}
+    out: Offsets = {}
+    for topic, parts in offsets[0].items():
+        for partition, offset in parts.items():
+            others = [o.get(topic, {}).get(partition) for o in offsets[1:]]
+            known = [other for other in others if other is not None]
+            if len(known) == len(others):
+                out.setdefault(topic, {})[partition] = min([offset, *known])
+    return out
 
 
 def checkpoint_dir(root: Path, view: str, generation: str) -> Path:
@@ -96,12 +117,21 @@ class ViewJob:
         self.options = options
         self.live = live
         self.generation = generation or view.store.live_generation()
-        self.writer: StoreWriter = view.store.writer(self.generation, live=live, hooks=hooks)
+        # Every store of the view, the primary last: it commits each batch last.
+        self.writers: list[StoreWriter] = [
+            store.writer(
+                self.generation if store is view.store or not live else store.live_generation(),
+                live=live,
+                hooks=hooks,
+            )
+            for store in view.stores
+        ]
+        self.writer = self.writers[-1]
         self.dead_letters = DeadLetterQueue(kafka, view.name)
         self.on_batch = on_batch
         self.log = log or (lambda _line: None)
         self.reconciliation: Reconciliation | None = None
-        self._committed: Offsets = {}
+        self._committed: list[Offsets] = [{} for _ in self.writers]
         self._initial: Offsets = {}
 
     @property
@@ -146,19 +176,24 @@ class ViewJob:
         the old one in place because a job may still be running on it."""
         if self.live:
             self.prune_checkpoints()
-        committed = self.writer.committed()
-        self._committed = committed.offsets
-        self._initial = committed.offsets
-        self.reconciliation = reconcile(self.checkpoint, committed.offsets, self.view.topics)
+        commits = [w.committed() for w in self.writers]
+        self._committed = [c.offsets for c in commits]
+        resume = lowest(self._committed)
+        self._initial = resume
+        if self.view.stateful:
+            self._check_state(commits)
+        self.reconciliation = reconcile(self.checkpoint, resume, self.view.topics)
         if self.reconciliation.action == "reset":
             self.log(f"view {self.view.name}: {self.reconciliation.reason}")
-        options = self.source_options(starting_offsets(committed.offsets))
-        # Spark may replay batches of a kept checkpoint that the store already has: their
-        # records are dropped at the source, before the fold.
+        options = self.source_options(starting_offsets(resume))
+        # Spark may replay batches of a kept checkpoint that the stores already have: their
+        # records are dropped at the source, before the fold - unless the fold keeps state,
+        # which the re-run batch must rebuild (the stores then skip its output).
+        skip = {} if self.view.stateful else resume
         if isinstance(self.view.fold, PartitionFold):
-            stream = folded_stream(self.spark, options, self.view.fold.path, committed.offsets)
+            stream = folded_stream(self.spark, options, self.view.fold.path, skip)
         else:
-            stream = self.view.fold(records_stream(self.spark, options, committed.offsets))
+            stream = self.view.fold(records_stream(self.spark, options, skip))
         writer = (
             stream.writeStream.queryName(f"{self.view.name}.{self.generation}")
             .option("checkpointLocation", str(self.checkpoint))
@@ -170,9 +205,23 @@ class ViewJob:
             writer = writer.trigger(processingTime=f"{self.options.trigger_interval_s} seconds")
         return writer.start()
 
+    def _check_state(self, commits: list[Any]) -> None:
+        """A stateful view's checkpoint holds its state: if it is gone (or disagrees with the
+        stores) while the stores hold batches, resuming would start with empty state."""
+        if not any(c.batches > 0 for c in commits):
+            return
+        decision = assess(self.checkpoint, lowest([c.offsets for c in commits]), self.view.topics)
+        if decision.action != "kept":
+            raise CheckpointLostError(
+                f"view {self.view.name} keeps state in its checkpoint, and the checkpoint"
+                f" cannot be used ({decision.reason}): it must be rebuilt from offset zero"
+                f" (`tributary replay {self.view.name}`; `tributary run views` does it itself)"
+            )
+
     def close(self) -> None:
-        """Release the store writer's connections (the store keeps the data)."""
-        self.writer.close()
+        """Release the store writers' connections (the stores keep the data)."""
+        for writer in self.writers:
+            writer.close()
 
     def _range(self, batch_id: int) -> tuple[Offsets, Offsets]:
         log = CheckpointLog(self.checkpoint)
@@ -185,17 +234,18 @@ class ViewJob:
         return (self._initial if start is None else start), end
 
     def handle_batch(self, batch: Any, batch_id: int) -> None:
-        """foreachBatch body: check the range against the store, fold, dead-letter, apply."""
+        """foreachBatch body: check the range against the stores, fold, dead-letter, apply."""
         start, end = self._range(batch_id)
-        if covers(self._committed, end):
+        if all(covers(committed, end) for committed in self._committed):
             self._report(batch_id, start, end, 0, 0, False, 0.0, 0.0)
             return
-        problems = gaps(self._committed, start)
-        if problems:
-            raise LedgerGapError(
-                f"view {self.view.name}: batch {batch_id} starts past the store"
-                f" ({'; '.join(problems)}); restart the job to resume from the store"
-            )
+        for committed in self._committed:
+            problems = gaps(committed, start)
+            if problems:
+                raise LedgerGapError(
+                    f"view {self.view.name}: batch {batch_id} starts past a store"
+                    f" ({'; '.join(problems)}); restart the job to resume from the stores"
+                )
         began = time.perf_counter()
         folded = batch.toArrow()
         writes, dead = writes_from_folded(folded)
@@ -208,9 +258,13 @@ class ViewJob:
             self.dead_letters.send(dead_letters_of(items, self.view.name))
 
         began = time.perf_counter()
-        applied = self.writer.apply(Batch(batch_id, end, writes, start=start), on_rejected=reject)
+        applied = False
+        for index, writer in enumerate(self.writers):  # the primary store last
+            if covers(self._committed[index], end):
+                continue  # this store has the batch (a crash came between two stores)
+            applied = writer.apply(Batch(batch_id, end, writes, start=start), on_rejected=reject)
+            self._committed[index] = merge_offsets(self._committed[index], end)
         write_s = time.perf_counter() - began
-        self._committed = merge_offsets(self._committed, end)
         self._report(
             batch_id,
             start,

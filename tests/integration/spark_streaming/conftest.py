@@ -1,6 +1,8 @@
 """Fixtures of the Spark streaming tests: one SparkSession per test session, a source table
 fed as Debezium would, and a views schema per test."""
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,10 +17,12 @@ from tests.integration.spark_streaming.changefeed import ChangeFeed
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    session = spark_session("local[2]", "tributary-tests", driver_memory="1g")
+def spark(stack: Endpoints) -> Iterator[Any]:
+    scratch = tempfile.mkdtemp(prefix="tributary-spark-")
+    session = spark_session("local[2]", "tributary-tests", driver_memory="1g", local_dir=scratch)
     yield session
     session.stop()
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture

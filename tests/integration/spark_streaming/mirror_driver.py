@@ -58,6 +58,7 @@ def main(raw: str) -> None:
         "mirror-driver",
         driver_memory="1g",
         conf={"spark.executor.memory": "512m", "spark.cores.max": "2"},
+        local_dir=str(Path(cfg["checkpoint_root"]).parent / "spark-scratch"),
     )
     job = ViewJob(
         spark,
