@@ -1,9 +1,16 @@
-"""Read a topic whole, from its start to its true end (assigned partitions, no group)."""
+"""Read a topic whole, from its start to its true end (assigned partitions, no group).
+
+A partition's offsets are not one record each: compaction removes records, and transaction
+markers take an offset of their own. So a partition is read until the consumer's position
+reaches the true end (or the end-of-partition signal says there is nothing more below it),
+never by counting records.
+"""
 
 import time
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import KafkaError as RdKafkaError
 
 from connectors.errors import KafkaError
 from connectors.kafka.admin import TopicAdmin
@@ -31,39 +38,57 @@ def read_topic(kafka: KafkaConfig, topic: str, timeout: float = 60.0) -> list[Re
         marks = true_watermarks(probe, [(topic, p) for p in range(partitions)])
     finally:
         probe.close()
-    props: dict[str, ClientValue] = {"group.id": "tributary-reader", "enable.auto.commit": False}
+    props: dict[str, ClientValue] = {
+        "group.id": "tributary-reader",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "fetch.wait.max.ms": 10,
+    }
     consumer = Consumer(kafka.client_properties(**props))
     out: list[Record] = []
     try:
         for p in range(partitions):
             low, high = marks[(topic, p)]
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, p, low)])
-            got = 0
-            deadline = time.monotonic() + timeout
-            # Ask for no more than what is still expected: consume() waits out its timeout
-            # when fewer messages remain.
-            while got < high - low and time.monotonic() < deadline:
-                for msg in consumer.consume(min(high - low - got, 10_000), timeout=1):
-                    err = msg.error()
-                    if err is not None:
-                        raise KafkaError(f"reading {topic}[{p}]: {err.str()}", err.name())
-                    got += 1
-                    out.append(
-                        Record(
-                            topic,
-                            p,
-                            msg.offset() or 0,
-                            msg.key(),
-                            msg.value(),
-                            _headers(msg.headers()),
-                        )
-                    )
-            if got < high - low:
-                raise KafkaError(f"{topic}[{p}]: read {got} of {high - low} records in {timeout}s")
+            if high > low:
+                out.extend(_read_partition(consumer, topic, p, low, high, timeout))
     finally:
         consumer.close()
+    return out
+
+
+def _read_partition(
+    consumer: Consumer, topic: str, partition: int, low: int, high: int, timeout: float
+) -> list[Record]:
+    consumer.assign([TopicPartition(topic, partition, low)])
+    out: list[Record] = []
+    position = low
+    deadline = time.monotonic() + timeout
+    while position < high:
+        if time.monotonic() > deadline:
+            raise KafkaError(
+                f"{topic}[{partition}]: read up to offset {position} of {high} in {timeout:.0f}s"
+            )
+        # Ask for no more than what may still be there: consume() waits out its timeout when
+        # fewer messages remain.
+        for msg in consumer.consume(min(high - position, 10_000), timeout=1):
+            err = msg.error()
+            if err is not None:
+                if err.code() == RdKafkaError._PARTITION_EOF:
+                    # At the log's end: offsets still below it hold no record (compacted
+                    # away, transaction markers).
+                    if (msg.offset() or 0) >= high:
+                        position = high
+                    continue
+                raise KafkaError(f"reading {topic}[{partition}]: {err.str()}", err.name())
+            offset = msg.offset() or 0
+            if offset >= high:
+                position = high
+                break
+            position = offset + 1
+            out.append(
+                Record(topic, partition, offset, msg.key(), msg.value(), _headers(msg.headers()))
+            )
+    consumer.unassign()
     return out
 
 

@@ -1,0 +1,39 @@
+"""The whole-topic reader reads to the true end of a partition whose offsets are not one record
+each: transaction markers take offsets of their own (mid-log and as the last offset), which is
+the same gap a compacted topic has where records were removed (the local broker does not
+compact, so markers are how this test makes gaps)."""
+
+import time
+import uuid
+
+from confluent_kafka import Producer
+
+from connectors.kafka import TopicAdmin, state_topic
+from connectors.kafka.reading import read_topic
+from tests.integration.conftest import Endpoints
+
+
+def test_a_partition_with_transaction_markers_is_read_whole(stack: Endpoints, unique: str) -> None:
+    topic = f"gaps-{unique}"
+    TopicAdmin(stack.kafka).ensure(state_topic(topic, 1))
+    plain = Producer(stack.kafka.client_properties(**{"enable.idempotence": True}))
+    for i in range(5):
+        plain.produce(topic, key=f"k{i}".encode(), value=b"plain")
+    assert plain.flush(30) == 0
+    txn = Producer(
+        stack.kafka.client_properties(**{"transactional.id": f"reader-{uuid.uuid4().hex}"})
+    )
+    txn.init_transactions(30)
+    for value in (b"committed-1", b"committed-2"):
+        txn.begin_transaction()
+        for i in range(3):
+            txn.produce(topic, key=f"t{i}".encode(), value=value)
+        txn.commit_transaction(30)  # a marker after these three records; the last one ends the log
+    ends = TopicAdmin(stack.kafka).end_offsets(topic)
+    assert ends == {0: 5 + 3 + 1 + 3 + 1}  # records and two commit markers
+
+    started = time.monotonic()
+    records = read_topic(stack.kafka, topic, timeout=30)
+    assert time.monotonic() - started < 10  # no wait for records that will never come
+    assert [r.offset for r in records] == [0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11]
+    assert [r.value for r in records][-3:] == [b"committed-2"] * 3
