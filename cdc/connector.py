@@ -7,7 +7,9 @@ batch in hand, commits its offset and returns, so a restart re-delivers nothing.
 so the restart resumes at or before the first unacknowledged change.
 """
 
+import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +21,14 @@ from cdc.published import PublishedStreams
 from cdc.publisher import ChangePublisher
 from cdc.routing import ChangeRouter
 from cdc.signals import ensure_signal_table
+from cdc.slots import drop_slot, slot_info
 from cdc.status import ConnectorStatus, StatusFile
 from connectors.avro import SCHEMAS_TOPIC
 from connectors.debezium import DebeziumPostgresConfig
 from connectors.kafka.config import KafkaConfig
 from connectors.kafka.topics import TopicSpec, history_topic, state_topic
+
+log = logging.getLogger(__name__)
 
 LOG4J = """\
 rootLogger.level=INFO
@@ -88,11 +93,37 @@ class CdcConnector:
         # -Xrs: leave SIGTERM/SIGINT to Python so a stop request closes the engine cleanly.
         return ["-Xrs", f"-Dlog4j2.configurationFile={log4j}"]
 
+    def _recover_lost_slot(self) -> bool:
+        """A slot PostgreSQL invalidated (it held back more WAL than ``max_slot_wal_keep_size``
+        while the connector was down) can never stream again: drop it and the stored offsets,
+        and start over with a fresh snapshot. Changes written while the slot was lost are
+        covered by the snapshot, except deletes (`tributary verify` finds the rows that
+        remain in topics and views; `tributary repair` removes them)."""
+        info = slot_info(self.config.database, self.config.slot_name)
+        if info is None or not info.invalidated:
+            return False
+        message = (
+            f"replication slot {self.config.slot_name} was invalidated by"
+            " max_slot_wal_keep_size (the connector was behind by more WAL than the budget):"
+            " dropped it and the stored offsets; recovering with a fresh snapshot"
+        )
+        log.warning(message)
+        print(f"cdc: {message}", flush=True)
+        drop_slot(self.config.database, self.config.slot_name)
+        assert self.config.offsets_file is not None
+        self.config.offsets_file.unlink(missing_ok=True)
+        self.status.recovered = f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {message}"
+        return True
+
     def run(self, stop: threading.Event) -> None:
         """Run until ``stop`` is set (then close cleanly) or the engine fails (then raise)."""
         from pydbzengine import DebeziumJsonEngine  # starts nothing until used
 
         ensure_signal_table(self.config.database)
+        properties = self.config.embedded_properties()
+        if self._recover_lost_slot():
+            # No offsets now: take a snapshot even if the configured mode would skip it.
+            properties["snapshot.mode"] = "initial"
         published = None
         if self.config.outbox_schema is not None:
             published = PublishedStreams(self.config.database, self.config.outbox_schema)
@@ -110,7 +141,7 @@ class CdcConnector:
         )
         handler = PublishingHandler(publisher, router, self.status, self.status_file.write)
         engine = DebeziumJsonEngine(
-            properties=self.config.embedded_properties(), handler=handler, jvm_opts=self._jvm_opts()
+            properties=properties, handler=handler, jvm_opts=self._jvm_opts()
         )
         self.status_file.write(self.status)
 

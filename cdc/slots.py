@@ -10,26 +10,45 @@ from connectors.postgres import PostgresConfig
 
 @dataclass(frozen=True)
 class SlotInfo:
-    """A logical replication slot and how much WAL it holds back."""
+    """A logical replication slot, how much WAL it holds back, and against what budget.
+
+    ``wal_status`` is PostgreSQL's: ``reserved``/``extended`` (fine), ``unreserved`` (past the
+    budget, lost at the next checkpoint), ``lost`` (invalidated: its WAL is gone).
+    ``budget_bytes`` is ``max_slot_wal_keep_size`` (None: unbounded).
+    """
 
     name: str
     active: bool
     retained_wal_bytes: int | None
     confirmed_flush_lsn: str | None
+    wal_status: str | None = None
+    budget_bytes: int | None = None
+
+    @property
+    def invalidated(self) -> bool:
+        return self.wal_status == "lost"
+
+    def budget_used(self) -> float | None:
+        """Share of the WAL budget the slot holds back (None: no budget, or unknown)."""
+        if self.budget_bytes is None or self.retained_wal_bytes is None:
+            return None
+        return self.retained_wal_bytes / self.budget_bytes
 
 
 def slot_info(db: PostgresConfig, slot: str) -> SlotInfo | None:
-    with psycopg.connect(db.dsn, autocommit=True) as conn:
+    with psycopg.connect(db.dsn, autocommit=True, connect_timeout=10) as conn:
         row = conn.execute(
             """SELECT slot_name, active,
                       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint,
-                      confirmed_flush_lsn::text
+                      confirmed_flush_lsn::text, wal_status,
+                      (SELECT setting::bigint * 1024 * 1024 FROM pg_settings
+                        WHERE name = 'max_slot_wal_keep_size' AND setting <> '-1')
                FROM pg_replication_slots WHERE slot_name = %s""",
             (slot,),
         ).fetchone()
     if row is None:
         return None
-    return SlotInfo(row[0], bool(row[1]), row[2], row[3])
+    return SlotInfo(row[0], bool(row[1]), row[2], row[3], row[4], row[5])
 
 
 def drop_slot(db: PostgresConfig, slot: str) -> bool:

@@ -26,6 +26,7 @@ class ConnectorStatus:
     publish_seconds: float = 0.0
     record_seconds: float = 0.0  # of publish_seconds: recording published_streams
     error: str | None = None
+    recovered: str | None = None  # e.g. a fresh snapshot after the slot was invalidated
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -94,6 +94,24 @@ def cdc_status(s: Settings) -> dict[str, object]:
         slot = slot_info(s.postgres(), config.slot_name)
     except Exception:
         slot = None
+    used = slot.budget_used() if slot else None
+    warning = None
+    if slot is not None and slot.invalidated:
+        warning = (
+            f"slot {config.slot_name} was invalidated (it held back more WAL than"
+            " max_slot_wal_keep_size): the connector recovers with a fresh snapshot at its"
+            " next start; run `tributary verify` after it"
+        )
+    elif slot is not None and slot.wal_status == "unreserved":
+        warning = (
+            f"slot {config.slot_name} is past its WAL budget: it is lost at the next checkpoint"
+        )
+    elif used is not None and used >= s.cdc_wal_warn_ratio:
+        warning = (
+            f"slot {config.slot_name} holds back {used:.0%} of its WAL budget"
+            f" ({slot.retained_wal_bytes if slot else 0} of {slot.budget_bytes if slot else 0}"
+            " bytes): is the connector running? (`tributary run cdc`)"
+        )
     return {
         "name": config.name,
         "state": state,
@@ -104,6 +122,10 @@ def cdc_status(s: Settings) -> dict[str, object]:
         "slot": config.slot_name,
         "slot_active": slot.active if slot else None,
         "retained_wal_bytes": slot.retained_wal_bytes if slot else None,
+        "wal_budget_bytes": slot.budget_bytes if slot else None,
+        "wal_status": slot.wal_status if slot else None,
+        "warning": warning,
+        "recovered": status.recovered if status else None,
         "error": status.error if status else None,
     }
 
@@ -125,6 +147,23 @@ def cdc_status_command(as_json: JsonFlag = False) -> None:
         if isinstance(last, float)
         else "-",
         str(info["slot"]),
-        "-" if info["retained_wal_bytes"] is None else f"{info['retained_wal_bytes']} bytes",
+        wal_line(info),
     )
     console.print(table)
+    if info["warning"]:
+        console.print(f"[bold yellow]warning:[/] {info['warning']}")
+    if info["recovered"]:
+        console.print(f"recovered: {info['recovered']}")
+
+
+def wal_line(info: dict[str, object]) -> str:
+    """Retained WAL against the budget, e.g. ``12.0 MB of 2048 MB (reserved)``."""
+    retained, budget = info.get("retained_wal_bytes"), info.get("wal_budget_bytes")
+    if not isinstance(retained, int):
+        return "-"
+    text = f"{retained / 2**20:.1f} MB"
+    if isinstance(budget, int):
+        text += f" of {budget / 2**20:.0f} MB"
+    if info.get("wal_status"):
+        text += f" ({info['wal_status']})"
+    return text

@@ -78,6 +78,8 @@ def runtime_rows(s: Settings) -> list[dict[str, object]]:
 
     rows: list[dict[str, object]] = []
     try:
+        from infra.cli_cdc import wal_line
+
         cdc = cdc_status(s)
         last = cdc["last_change_at"]
         rows.append(
@@ -85,11 +87,12 @@ def runtime_rows(s: Settings) -> list[dict[str, object]]:
                 **cdc,
                 "connector": cdc["name"],
                 "name": "cdc",
-                "state": cdc["state"],
+                "state": cdc["state"] if not cdc["warning"] else f"{cdc['state']} (warning)",
                 "endpoint": f"slot {cdc['slot']}",
                 "pid": cdc["pid"],
                 "position": f"lsn {cdc['last_lsn']}",
-                "detail": f"retained WAL {cdc['retained_wal_bytes']} bytes, last change "
+                "detail": (f"WARNING: {cdc['warning']}; " if cdc["warning"] else "")
+                + f"retained WAL {wal_line(cdc)}, last change "
                 + (
                     time.strftime("%H:%M:%S", time.localtime(last))
                     if isinstance(last, float)

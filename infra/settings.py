@@ -60,6 +60,14 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(None, description="URL of an existing Redis (redis://...).")
     spark_master: str = Field("local[2]", description="Spark master URL.")
 
+    postgres_wal_budget_mb: int = Field(
+        2048,
+        description="max_slot_wal_keep_size of the local PostgreSQL: the WAL a replication slot"
+        " may hold back (-1: unbounded).",
+    )
+    cdc_wal_warn_ratio: float = Field(
+        0.8, description="Warn when a slot retains this share of the WAL budget."
+    )
     start_timeout_s: float = Field(
         60.0, description="Seconds each local service may take to start."
     )

@@ -33,10 +33,11 @@ class PostgresService(Service):
     stop_signal = signal.SIGINT  # "fast" shutdown: a clean checkpoint without waiting for clients
     stop_timeout = 60.0
 
-    def __init__(self, home: Path, port: int, bin_dir: Path) -> None:
+    def __init__(self, home: Path, port: int, bin_dir: Path, wal_budget_mb: int = 2048) -> None:
         super().__init__(home)
         self.port = port
         self.bin_dir = bin_dir
+        self.wal_budget_mb = wal_budget_mb
 
     @property
     def cluster_dir(self) -> Path:
@@ -119,6 +120,12 @@ class PostgresService(Service):
             ).fetchone()
             if exists is None:
                 conn.execute(f'CREATE DATABASE "{APP_DATABASE}"')
+            # The WAL a replication slot may hold back (a connector that is down): past it the
+            # slot is invalidated instead of filling the disk; CDC then recovers by a snapshot.
+            # Set with ALTER SYSTEM (not -c) so an operator can still change it at run time.
+            budget = "-1" if self.wal_budget_mb < 0 else f"{self.wal_budget_mb}MB"
+            conn.execute(f"ALTER SYSTEM SET max_slot_wal_keep_size = '{budget}'")
+            conn.execute("SELECT pg_reload_conf()")
 
     def _dsn(self, dbname: str) -> str:
         return f"host=127.0.0.1 port={self.port} user={SUPERUSER} dbname={dbname}"

@@ -36,7 +36,10 @@ class LocalStack:
         self.settings = settings
         self.home = settings.home.resolve()
         self.postgres = PostgresService(
-            self.home, settings.postgres_port, settings.postgres_bin_dir
+            self.home,
+            settings.postgres_port,
+            settings.postgres_bin_dir,
+            settings.postgres_wal_budget_mb,
         )
         self.redis = RedisService(self.home, settings.redis_port, settings.redis_server_bin)
         self.objectstore = ObjectStoreService(
