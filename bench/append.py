@@ -1,8 +1,10 @@
-"""Event store append throughput against pgbench and the eventsourcing library, same database.
+"""Event store appends and reads against pgbench, a raw COPY and the eventsourcing library.
 
-Run: ``.venv/bin/python bench/append.py [--seconds 5]``. Uses ``TRIBUTARY_POSTGRES_URL`` when
-set, else starts a PostgreSQL of its own (``LocalStack`` with isolated settings) and stops it
-afterwards. Prints events/s per case and the ratios; it is a measurement, not a test.
+Run: ``.venv/bin/python bench/append.py [--seconds 4] [--rounds 3] [--reads 200000]
+[--only appends|reads]``. Uses ``TRIBUTARY_POSTGRES_URL`` when set, else starts a PostgreSQL
+of its own (``LocalStack`` with isolated settings) and stops it afterwards. Cases run in
+interleaved rounds (the machine is shared); it prints the median events/s per case and the
+ratios to the baselines measured in the same run. A measurement, not a test.
 
 Cases (each writer is its own process, so Python's GIL is not what is measured):
 
@@ -17,6 +19,17 @@ Cases (each writer is its own process, so Python's GIL is not what is measured):
   row (its indexes, jsonb) from the cost of our client code;
 - ``psycopg``: the one-column INSERT from Python (the floor for any Python client);
 - ``eventsourcing``: ``PostgresApplicationRecorder.insert_events`` run the same way.
+
+Reads (``--reads`` events, written once with the social domain's event shape: ~200 bytes of
+data, a command id in the metadata; the same rows in the eventsourcing library's table):
+
+- ``raw COPY``: ``COPY (the read_all query) TO STDOUT (FORMAT binary)``, the bytes only;
+  the speed of the table, the baseline of the reads;
+- ``read_all``: pages of 10,000 :class:`RecordedEvent` (fields decoded on use), then the
+  same touching every event's ``data``;
+- ``read_batches``: Arrow record batches of four columns, no object per event;
+- ``read_all as before``: the SQLAlchemy-row implementation this one replaced;
+- ``eventsourcing``: its notification log, ``select_notifications`` in pages of 10,000.
 
 Needs ``pip install -e '.[bench]'`` for the eventsourcing comparison (skipped without it).
 """
@@ -219,6 +232,147 @@ def _worker(kind: str, *args: Any) -> None:
         raise
 
 
+# -- reads ------------------------------------------------------------------------------
+
+READ_PAGE = 10_000
+
+
+def read_event(n: int) -> NewEvent:
+    """An event of the social domain's shape."""
+    data = {
+        "post_id": n,
+        "author_id": n % 97,
+        "text": f"a post of some length #bench {n}",
+        "hashtags": ["bench"],
+        "created_at": "2026-11-21T23:17:00.123456Z",
+    }
+    metadata = {"command_id": str(uuid.uuid4()), "command_type": "CreatePost"}
+    return NewEvent("PostCreated", data, 2, metadata)
+
+
+def prepare_reads(url: str, names: dict[str, str], count: int, have_lib: bool) -> None:
+    """``count`` events in the read schema (1,000 per append, 1,000 per stream), and the
+    same in the eventsourcing library's table."""
+    engine = create_engine(url)
+    store = EventStore(engine, names["read"])
+    batches = []
+    for b in range(0, count, 1000):
+        batch = [read_event(b + k) for k in range(min(1000, count - b))]
+        store.append(f"post-{b}", batch, 0, stream_type="post")
+        batches.append(batch)
+    with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
+        conn.execute(text(f"VACUUM ANALYZE {names['read']}.events"))
+    engine.dispose()
+    if not have_lib:
+        return
+    from eventsourcing.persistence import StoredEvent
+
+    recorder = eventsourcing_recorder(url, names["read_lib"])
+    for batch in batches:
+        stream = uuid.uuid4()
+        recorder.insert_events(
+            [
+                StoredEvent(stream, k + 1, "social:PostCreated", json.dumps(e.data).encode())
+                for k, e in enumerate(batch)
+            ]
+        )
+
+
+def _read_raw_copy(url: str, schema: str) -> int:
+    import psycopg
+
+    from event_store.reading import HORIZON, SELECT_EVENT
+
+    query = (
+        f"COPY (SELECT {SELECT_EVENT} FROM {schema}.events WHERE {HORIZON} "
+        "ORDER BY transaction_id, position) TO STDOUT (FORMAT binary)"
+    )
+    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(dsn) as conn, conn.cursor() as cursor:
+        with cursor.copy(query) as copy:
+            for _ in copy:
+                pass
+        return cursor.rowcount  # "COPY n"
+
+
+def _read_all(store: EventStore, touch: bool) -> int:
+    count, after = 0, None
+    while page := store.read_all(after, limit=READ_PAGE):
+        count += len(page)
+        after = page[-1].position
+        if touch:
+            for event in page:
+                event.data  # noqa: B018  (decodes it)
+    return count
+
+
+def _read_batches(store: EventStore) -> int:
+    columns = ("stream_id", "event_type", "version", "data")
+    return sum(b.num_rows for b in store.read_batches(columns, batch_size=READ_PAGE))
+
+
+def _read_all_before(engine: Any, schema: str) -> int:
+    """``read_all`` as it was: a SQLAlchemy Core SELECT, rows mapped to events."""
+    from sqlalchemy import BigInteger, Text, cast, func, select, tuple_
+
+    from event_store import Position, RecordedEvent
+    from event_store.schema import StoreTables
+
+    t = StoreTables(schema).events
+    horizon = cast(cast(func.pg_snapshot_xmin(func.pg_current_snapshot()), Text), BigInteger)
+    count, after = 0, None
+    while True:
+        query = select(t).where(t.c.transaction_id < horizon)
+        if after is not None:
+            query = query.where(
+                tuple_(t.c.transaction_id, t.c.position)
+                > tuple_(after.transaction_id, after.sequence)
+            )
+        query = query.order_by(t.c.transaction_id, t.c.position).limit(READ_PAGE)
+        with engine.connect() as conn:
+            rows = conn.execute(query).all()
+        if not rows:
+            return count
+        page = [
+            RecordedEvent.from_columns([r._mapping[c] for c in RecordedEvent.COLUMNS]) for r in rows
+        ]
+        count += len(page)
+        after = Position(page[-1].position.transaction_id, page[-1].position.sequence)
+
+
+def _read_eventsourcing(recorder: Any) -> int:
+    count, start = 0, 1
+    while notifications := recorder.select_notifications(start, READ_PAGE):
+        count += len(notifications)
+        start = notifications[-1].id + 1
+    return count
+
+
+def read_case(read: Callable[[], int]) -> float:
+    """Events per second of one full read."""
+    began = time.perf_counter()
+    count = read()
+    return count / (time.perf_counter() - began)
+
+
+def read_runs(url: str, names: dict[str, str], have_lib: bool) -> dict[str, Callable[[], float]]:
+    engine = create_engine(url, pool_size=2)
+    store = EventStore(engine, names["read"])
+    runs = {
+        "raw COPY (binary)": partial(read_case, partial(_read_raw_copy, url, names["read"])),
+        "read_all": partial(read_case, partial(_read_all, store, False)),
+        "read_all, touching data": partial(read_case, partial(_read_all, store, True)),
+        "read_batches (Arrow)": partial(read_case, partial(_read_batches, store)),
+        "read_all as before": partial(read_case, partial(_read_all_before, engine, names["read"])),
+    }
+    if have_lib:
+        recorder = eventsourcing_recorder(url, names["read_lib"])
+        runs["eventsourcing notifications"] = partial(
+            read_case, partial(_read_eventsourcing, recorder)
+        )
+    return runs
+
+
 # -- pgbench ----------------------------------------------------------------------------
 
 
@@ -302,10 +456,12 @@ def prepare(url: str, tag: str) -> dict[str, str]:
         "es_lib": f"bench_eslib_{tag}",
         "pgbench": f"bench_pgbench_{tag}",
         "pgbench_events": f"bench_pgbench_es_{tag}",
+        "read": f"bench_read_{tag}",
+        "read_lib": f"bench_readlib_{tag}",
     }
     engine = create_engine(url)
     with engine.begin() as conn:
-        for key in ("store", "noorder", "bus", "pgbench_events"):
+        for key in ("store", "noorder", "bus", "pgbench_events", "read"):
             create_schema(conn, names[key])
         n = names["noorder"]
         conn.execute(text(f"DROP INDEX {n}.events_transaction_position_idx"))
@@ -315,8 +471,10 @@ def prepare(url: str, tag: str) -> dict[str, str]:
         users = create_users_table(conn, names["bus"] + "_users")
         upsert_user(conn, users, 1, "bench")
         conn.execute(text(f"CREATE SCHEMA {names['es_lib']}"))
+        conn.execute(text(f"CREATE SCHEMA {names['read_lib']}"))
     with suppress(ImportError):
         eventsourcing_recorder(url, names["es_lib"]).create_table()
+        eventsourcing_recorder(url, names["read_lib"]).create_table()
     with engine.begin() as conn:
         conn.execute(
             text(f"CREATE TABLE public.{names['pgbench']} (id bigserial PRIMARY KEY, payload text)")
@@ -328,7 +486,7 @@ def prepare(url: str, tag: str) -> dict[str, str]:
 def cleanup(url: str, names: dict[str, str]) -> None:
     engine = create_engine(url)
     with engine.begin() as conn:
-        for key in ("store", "noorder", "bus", "es_lib", "pgbench_events"):
+        for key in ("store", "noorder", "bus", "es_lib", "pgbench_events", "read", "read_lib"):
             drop_schema(conn, names[key])
         drop_schema(conn, names["bus"] + "_users")
         conn.execute(text(f"DROP TABLE IF EXISTS public.{names['pgbench']}"))
@@ -339,6 +497,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="duration of each case")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    parser.add_argument("--reads", type=int, default=200_000, help="events for the reads")
+    parser.add_argument("--only", choices=("appends", "reads"), help="one half only")
     args = parser.parse_args()
     seconds = args.seconds
     try:
@@ -352,12 +512,22 @@ def main() -> None:
     with database() as url:
         names = prepare(url, uuid.uuid4().hex[:8])
         try:
-            report(url, names, seconds, args.rounds, have_lib)
+            if args.only != "appends":
+                print(f"writing {args.reads:,} events for the reads ...", flush=True)
+                prepare_reads(url, names, args.reads, have_lib)
+            report(url, names, seconds, args.rounds, have_lib, args.only)
         finally:
             cleanup(url, names)
 
 
-def report(url: str, names: dict[str, str], seconds: float, rounds: int, have_lib: bool) -> None:
+def report(
+    url: str,
+    names: dict[str, str],
+    seconds: float,
+    rounds: int,
+    have_lib: bool,
+    only: str | None = None,
+) -> None:
     s, nn = names["store"], names["noorder"]
     cases = [
         Case("psycopg insert, 1 writer", "psycopg", 1, 1, names["pgbench"]),
@@ -384,10 +554,15 @@ def report(url: str, names: dict[str, str], seconds: float, rounds: int, have_li
     plain = PGBENCH_PLAIN.format(table=names["pgbench"])
     event_row = pgbench_event_row(names["pgbench_events"])
     runs: dict[str, Callable[[], float]] = {}
-    for c in (1, 4):
+    for c in (1, 4):  # the baselines right before the cases of as many writers
         runs[f"pgbench insert, {c} client(s)"] = partial(pgbench, url, plain, c, seconds)
         runs[f"pgbench event row, {c} client(s)"] = partial(pgbench, url, event_row, c, seconds)
-    runs.update({case.name: partial(run_case, url, case, seconds) for case in cases})
+        for case in (k for k in cases if k.writers == c):
+            runs[case.name] = partial(run_case, url, case, seconds)
+    if only == "reads":
+        runs = {}
+    if only != "appends":
+        runs.update(read_runs(url, names, have_lib))
     samples: dict[str, list[float]] = {label: [] for label in runs}
     print(
         f"{rounds} round(s), each case {seconds:.0f} s per round, rounds interleaved; "
@@ -403,11 +578,15 @@ def report(url: str, names: dict[str, str], seconds: float, rounds: int, have_li
         spread = f"{min(values):>9,.0f} .. {max(values):>9,.0f}" if len(values) > 1 else ""
         print(f"  {label:<38} {rate[label]:>10,.0f} /s   {spread}")
 
-    print("\nratios")
+    print(
+        "\nratios: of the medians, and the median of each round's own ratio (steadier when "
+        "the machine's load changes between rounds)"
+    )
 
     def ratio(a: str, b: str, aim: str = "") -> None:
         if a in rate and b in rate:
-            print(f"  {a} / {b}: {rate[a] / rate[b]:.2f}{aim}")
+            own = statistics.median(x / y for x, y in zip(samples[a], samples[b], strict=True))
+            print(f"  {a} / {b}: {rate[a] / rate[b]:.2f}   per round {own:.2f}{aim}")
 
     ratio("psycopg insert, 1 writer", "pgbench insert, 1 client(s)", "  (Python client floor)")
     ratio("psycopg insert, 4 writers", "pgbench insert, 4 client(s)", "  (Python client floor)")
@@ -421,12 +600,23 @@ def report(url: str, names: dict[str, str], seconds: float, rounds: int, have_li
     ratio("append 1/cmd, 4 writers", "psycopg insert, 4 writers")
     ratio("bus 1/cmd, 1 writer", "pgbench insert, 1 client(s)")
     ratio("bus 1/cmd, 4 writers", "pgbench insert, 4 client(s)")
-    big = rate["append 1000/append, 1 writer"]
-    print(f"  append 1000/append: {big:,.0f} events/s (aim >= 50,000)")
+    if "append 1000/append, 1 writer" in rate:
+        big = rate["append 1000/append, 1 writer"]
+        print(f"  append 1000/append: {big:,.0f} events/s (aim >= 50,000)")
     ratio("append 1/cmd, 1 writer", "no-order 1/cmd, 1 writer", "  (cost of read_all ordering)")
     ratio("append 1/cmd, 4 writers", "no-order 1/cmd, 4 writers", "  (cost of read_all ordering)")
     ratio("append 1000/append, 1 writer", "no-order 1000/append, 1 writer", "  (cost of ordering)")
     ratio("lock 1/cmd, 4 writers", "append 1/cmd, 4 writers", "  (a global lock instead)")
+    copy = "raw COPY (binary)"
+    for read in ("read_all", "read_all, touching data", "read_batches (Arrow)"):
+        ratio(read, copy, "  (aim >= 0.5)" if read == "read_all" else "")
+    ratio("read_all as before", copy)
+    ratio("read_all", "read_all as before")
+    ratio("read_all", "eventsourcing notifications")
+    ratio("read_all, touching data", "eventsourcing notifications")
+    ratio("read_batches (Arrow)", "eventsourcing notifications")
+    if "read_all" in rate:
+        print(f"  read_all: {rate['read_all']:,.0f} events/s (aim >= 400,000)")
     for ours, theirs in [
         ("append 1/cmd, 1 writer", "eventsourcing 1/cmd, 1 writer"),
         ("append 1/cmd, 4 writers", "eventsourcing 1/cmd, 4 writers"),

@@ -27,6 +27,7 @@ from connectors.avro import SCHEMAS_TOPIC
 from connectors.debezium import DebeziumPostgresConfig
 from connectors.kafka.config import KafkaConfig
 from connectors.kafka.topics import TopicSpec, history_topic, state_topic
+from tributary.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,7 @@ class CdcConnector:
         published = None
         if self.config.outbox_schema is not None:
             published = PublishedStreams(self.config.database, self.config.outbox_schema)
-            published.check()
+            published.check(self.config.schema_wait_s)
         publisher = ChangePublisher(
             self._kafka,
             spec_for=topic_spec_for(self.runtime.topic_partitions, self.config.event_topic_prefix),
@@ -166,7 +167,7 @@ class CdcConnector:
         if self._failure is not None or not stop.is_set():
             reason = self._failure or "the engine stopped on its own; see the Debezium log"
             self.status.state = "failed"
-            self.status.error = str(reason)
+            self.status.error = redact(str(reason))  # the status file is read by `status`
             self.status_file.write(self.status)
             raise ConnectorFailedError(
                 f"connector {self.config.name} stopped: {reason} "

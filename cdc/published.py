@@ -9,6 +9,7 @@ The table belongs to the event store's schema (``event_store.create_schema`` cre
 is not captured: the connector's publication lists only the configured tables.
 """
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,13 +60,20 @@ class PublishedStreams:
             )
         return self._conn
 
-    def check(self) -> None:
-        """Raise :class:`CdcError` saying what to do when the table is not there."""
-        try:
-            row = self._connection().execute("SELECT to_regclass(%s)", (self.name,)).fetchone()
-        except psycopg.Error as exc:
-            self.close()
-            raise CdcError(f"cannot check {self.name}: {exc}") from exc
+    def check(self, wait_s: float = 60.0) -> None:
+        """Wait (up to ``wait_s``) for the table: under `tributary run` the command processor
+        creates the event store's schema while CDC starts. Then raise :class:`CdcError`
+        saying what to do."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                row = self._connection().execute("SELECT to_regclass(%s)", (self.name,)).fetchone()
+            except psycopg.Error as exc:
+                self.close()
+                raise CdcError(f"cannot check {self.name}: {exc}") from exc
+            if (row is not None and row[0] is not None) or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
         if row is None or row[0] is None:
             raise CdcError(
                 f"{self.name} does not exist: create the event store's tables with "

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from connectors.postgres import PostgresConfig
+from connectors.postgres import PostgresConfig, SourceColumn
+from connectors.stores.pg_tables import Encoding
 
 SnapshotMode = Literal["initial", "no_data", "always", "initial_only", "when_needed", "never"]
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
@@ -39,6 +40,7 @@ class DebeziumPostgresConfig:
     offsets_file: Path | None = None
     outbox_table: str | None = "event_store.events"
     event_topic_prefix: str = "events."  # the outbox's events go to <prefix><stream_type>
+    schema_wait_s: float = 60.0  # how long to wait at start for the event store's tables
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -180,3 +182,26 @@ class DebeziumPostgresConfig:
 def _regex_escape(table: str) -> str:
     """table.include.list entries are regular expressions: match the name exactly."""
     return table.replace(".", "\\.")
+
+
+def debezium_encoding(column: SourceColumn) -> Encoding:
+    """How Debezium's PostgreSQL connector writes this column's values in JSON (with
+    ``time.precision.mode=adaptive_time_microseconds``, ``decimal.handling.mode=string``,
+    ``interval.handling.mode=numeric``, ``binary.handling.mode=bytes``)."""
+    name = column.type_name
+    if column.category == "A":
+        return "json_array"
+    if name == "date":
+        return "epoch_days"
+    if name == "timestamp":
+        precision = 6 if column.precision is None else column.precision
+        return "epoch_millis" if precision <= 3 else "epoch_micros"
+    if name == "time":
+        return "micros_of_day"
+    if name == "interval":
+        return "micros_duration"
+    if name in ("json", "jsonb"):
+        return "json_text"
+    if name == "bytea":
+        return "base64"
+    return "json"

@@ -35,3 +35,7 @@ class LedgerGapError(StoreError):
 class StaleGenerationError(StoreError):
     """The view was rebuilt and swapped while this job ran: restart the job to follow the new
     generation (``tributary run views`` restarts it by itself)."""
+
+
+class ReadRoleError(ConnectorError):
+    """A role cannot be made the views' read-only role (it can already do more than read)."""

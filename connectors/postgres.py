@@ -13,6 +13,14 @@ class PostgresConfig:
     url: str
     pool_size: int = 5
 
+    def __repr__(self) -> str:  # never the password
+        return f"PostgresConfig(url={self.redacted_url!r}, pool_size={self.pool_size})"
+
+    @property
+    def redacted_url(self) -> str:
+        """The URL with its password masked, for messages."""
+        return make_url(self.url).render_as_string(hide_password=True)
+
     @property
     def dsn(self) -> str:
         """The libpq form, for psycopg directly and for tools."""
@@ -83,3 +91,35 @@ def table_columns(dsn: str, schema: str, table: str) -> list[SourceColumn]:
     return [
         SourceColumn(str(r[0]), str(r[1]), str(r[2]), str(r[3]), r[4], bool(r[5])) for r in rows
     ]
+
+
+def compare_tables(
+    dsn: str, source: tuple[str, str], copy: tuple[str, str], columns: list[str], keys: list[str]
+) -> dict[str, int]:
+    """Rows of ``source`` missing from ``copy`` or different there (``stale``), and keys of
+    ``copy`` the source no longer has (``extra``), compared on ``columns`` (same database)."""
+    import psycopg
+    from psycopg import sql
+
+    src, dst = sql.Identifier(*source), sql.Identifier(*copy)
+    cols = sql.SQL(", ").join(map(sql.Identifier, columns))
+    key = sql.SQL(", ").join(map(sql.Identifier, keys))
+    with psycopg.connect(dsn) as conn:
+        differing = conn.execute(
+            sql.SQL(
+                "SELECT count(*) FROM (SELECT {cols} FROM {src} EXCEPT SELECT {cols} FROM {dst}) d"
+            ).format(cols=cols, src=src, dst=dst)
+        ).fetchone()
+        absent = conn.execute(
+            sql.SQL(
+                "SELECT count(*) FROM (SELECT {key} FROM {src} EXCEPT SELECT {key} FROM {dst}) d"
+            ).format(key=key, src=src, dst=dst)
+        ).fetchone()
+        extra = conn.execute(
+            sql.SQL(
+                "SELECT count(*) FROM (SELECT {key} FROM {dst} EXCEPT SELECT {key} FROM {src}) d"
+            ).format(key=key, src=src, dst=dst)
+        ).fetchone()
+    missing = int(absent[0]) if absent else 0
+    stale = (int(differing[0]) if differing else 0) - missing
+    return {"missing": missing, "stale": stale, "extra": int(extra[0]) if extra else 0}

@@ -23,7 +23,7 @@ from event_store.errors import (
     UnknownCommandTypeError,
 )
 from event_store.event import Event, EventRegistry, NewEvent, Position, RecordedEvent
-from event_store.registry import CommandRegistry, HandlerContext
+from event_store.registry import CommandRegistry, HandlerContext, Read
 from event_store.schema import DEFAULT_SCHEMA, create_schema, drop_schema, grant_application_role
 from event_store.snapshots import SnapshotPolicy
 from event_store.store import AppendResult, EventStore
@@ -49,6 +49,7 @@ __all__ = [
     "HandlerContext",
     "NewEvent",
     "Position",
+    "Read",
     "RecordedEvent",
     "Rejected",
     "SnapshotPolicy",

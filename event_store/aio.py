@@ -1,7 +1,7 @@
 """An asyncio path to the event store: appends and reads on psycopg's async connections.
 
 Same statements and guarantees as :class:`~event_store.store.EventStore` (it reuses
-:class:`~event_store.store.AppendStatements` and the same ``read_all`` horizon), so async
+:class:`~event_store.store.AppendStatements` and :mod:`event_store.reading`), so async
 services can append and follow the log without a thread per request::
 
     async with AsyncEventStore(PostgresConfig(url)) as store:
@@ -22,14 +22,17 @@ from psycopg_pool import AsyncConnectionPool
 from connectors.postgres import PostgresConfig
 from event_store.errors import ConcurrencyError, SchemaMissingError, StorageError
 from event_store.event import NewEvent, Position, RecordedEvent
+from event_store.reading import (
+    EventQueries,
+    event_rows,
+    page_params,
+    raw_loaders,
+    stream_params,
+    upcast_all,
+)
 from event_store.schema import DEFAULT_SCHEMA, check_identifier
 from event_store.store import AppendResult, AppendStatements
 from event_store.upcasting import Upcasters
-
-_COLUMNS = (
-    "event_id, stream_id, stream_type, version, event_type, schema_version, data, metadata, "
-    "recorded_at, transaction_id, position"
-)
 
 
 class AsyncEventStore:
@@ -52,16 +55,7 @@ class AsyncEventStore:
             open=False,
         )
         events = f"{self.schema}.events"
-        self._read_stream = (
-            f"SELECT {_COLUMNS} FROM {events} WHERE stream_id = %(stream_id)s "
-            "AND version >= %(from_version)s AND version <= %(to_version)s ORDER BY version"
-        )
-        self._read_all = (
-            f"SELECT {_COLUMNS} FROM {events} "
-            "WHERE transaction_id < pg_snapshot_xmin(pg_current_snapshot())::text::bigint "
-            "AND (transaction_id, position) > (%(tx)s, %(seq)s) "
-            "ORDER BY transaction_id, position LIMIT %(limit)s"
-        )
+        self._queries = EventQueries(self.schema)
         self._version = (
             f"SELECT coalesce(max(version), 0) FROM {events} WHERE stream_id = %(stream_id)s"
         )
@@ -123,20 +117,34 @@ class AsyncEventStore:
     async def read_stream(
         self, stream_id: str, from_version: int = 1, to_version: int | None = None
     ) -> list[RecordedEvent]:
-        params = {
-            "stream_id": stream_id,
-            "from_version": from_version,
-            "to_version": 2**31 - 1 if to_version is None else to_version,
-        }
-        return [self._recorded(r) for r in await self._fetch(self._read_stream, params, None)]
+        """As :meth:`EventStore.read_stream` (events decoded on use, upcast)."""
+        params = stream_params(stream_id, from_version, to_version)
+        return await self._events(self._queries.read_stream, params)
 
     async def read_all(
         self, after: Position | None = None, limit: int = 1000
     ) -> list[RecordedEvent]:
         """As :meth:`EventStore.read_all`: never skips an event that commits later."""
-        start = after or Position(-1, -1)
-        params = {"tx": start.transaction_id, "seq": start.sequence, "limit": limit}
-        return [self._recorded(r) for r in await self._fetch(self._read_all, params, None)]
+        return await self._events(self._queries.read_all, page_params(after, limit))
+
+    async def _events(self, statement: str, params: dict[str, Any]) -> list[RecordedEvent]:
+        """The events of a ``reading.SELECT_EVENT`` statement, built as the sync store does."""
+        try:
+            async with (
+                self._pool.connection() as conn,
+                conn.cursor(binary=True, row_factory=event_rows) as cursor,
+            ):
+                raw_loaders(cursor)
+                await cursor.execute(statement, params)
+                events = await cursor.fetchall()
+        except psycopg.errors.UndefinedTable as exc:
+            raise SchemaMissingError(
+                f"{self.schema}.events does not exist: create it with event_store.create_schema",
+                exc.sqlstate,
+            ) from exc
+        except psycopg.Error as exc:
+            raise StorageError(f"event store statement failed: {exc}", exc.sqlstate) from exc
+        return upcast_all(events, self.upcasters)
 
     async def _fetch(
         self,
@@ -161,7 +169,3 @@ class AsyncEventStore:
             raise
         except psycopg.Error as exc:
             raise StorageError(f"event store statement failed: {exc}", exc.sqlstate) from exc
-
-    def _recorded(self, row: Any) -> RecordedEvent:
-        event = RecordedEvent.from_columns(row[:11])
-        return event if self.upcasters is None else self.upcasters.upcast(event)

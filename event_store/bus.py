@@ -7,66 +7,186 @@ snapshot when one is due, and record the command id with its result. A
 :class:`ConcurrencyError` rolls everything back and the command is retried with a fresh
 load, at most ``max_retries`` times; after that the error reaches the caller (nothing was
 stored). A rejection is recorded too, so a repeat gets the same answer.
+
+**Round trips.** The transaction costs two: ``BEGIN`` goes in one pipeline with the load
+and the reads the route declares (:class:`~event_store.registry.Read`), and the writes go
+in one pipeline with ``COMMIT`` (a handler's own ``query_one`` adds one each).
+That is safe because every write of an accepted command is one statement built around
+the append (the command record and the snapshot are written from the append's rows): when
+the append's guard finds the stream moved (no row, no error) nothing is written, the
+``COMMIT`` commits nothing and the command is retried. Errors (a unique violation: a
+concurrent append, or a twin that recorded the same command id) abort the pipeline
+before its ``COMMIT``, and the transaction is rolled back. These statements run on libpq
+directly (:mod:`event_store.prepared`): psycopg's Python layer would cost more client CPU
+than the database spends on them.
+
+**State cache.** A stream's state at a version is a pure function of its events, which
+never change: the bus keeps the state each load produced (per aggregate type and stream,
+least recently used first out) and the next command on that stream loads only the events
+after it, like a snapshot that needs no table. Aggregate states must therefore be
+immutable (the frozen dataclasses :class:`~event_store.aggregate.Aggregate` asks for).
 """
 
 import json
+import threading
 import uuid
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from psycopg import IsolationLevel
+from psycopg.pq import TransactionStatus
 from sqlalchemy import Connection, select
 
+from event_store import prepared
 from event_store.aggregate import Aggregate
 from event_store.command import Accepted, Command, CommandResult, Rejected, result_from_json
 from event_store.errors import CommandRejected, ConcurrencyError, EventStoreError, StorageError
-from event_store.event import RecordedEvent
-from event_store.registry import CommandRegistry, HandlerContext, Route
+from event_store.event import NewEvent
+from event_store.prepared import Statement, StatementsLost, int8
+from event_store.reading import event_from_row
+from event_store.registry import CommandRegistry, HandlerContext, Read, Route
 from event_store.snapshots import SnapshotPolicy, SnapshotStore
-from event_store.store import EventStore
+from event_store.store import AppendStatements, EventStore
 
 Clock = Callable[[], datetime]
 
+_EVENT_COLUMNS = (
+    "e.event_id, e.stream_type, e.version, e.event_type, e.schema_version, e.data::text, "
+    "e.metadata::text, e.recorded_at, e.transaction_id, e.position"
+)
+
 
 class _CommandStatements:
-    """The bus's hot statements, run on the psycopg connection (see ``AppendStatements``)."""
+    """The bus's statements (``%(name)s`` parameters; see :mod:`event_store.prepared`)."""
 
     def __init__(self, schema: str) -> None:
+        self.appends = AppendStatements(schema, arrays="s")
+        previous = f"(SELECT result FROM {schema}.commands WHERE command_id = %(command_id)s::text)"
+        # One statement, so the snapshot and the events after it come from one snapshot of
+        # the database (two statements could see a newer snapshot and older events).
         self.load = f"""
             WITH snap AS (
                 SELECT version, state FROM {schema}.snapshots
-                WHERE stream_id = %(stream_id)s AND snapshot_version = %(snapshot_version)s)
-            SELECT (SELECT result FROM {schema}.commands WHERE command_id = %(command_id)s),
-                   (SELECT jsonb_build_array(version, state) FROM snap),
-                   e.event_id, e.stream_type, e.version, e.event_type, e.schema_version,
-                   e.data, e.metadata, e.recorded_at, e.transaction_id, e.position
+                WHERE stream_id = %(stream_id)s::text
+                  AND snapshot_version = %(snapshot_version)s::integer)
+            SELECT {previous}, (SELECT jsonb_build_array(version, state) FROM snap),
+                   {_EVENT_COLUMNS}
             FROM (SELECT 1) AS one
             LEFT JOIN {schema}.events e
-                   ON e.stream_id = %(stream_id)s
+                   ON e.stream_id = %(stream_id)s::text
                   AND e.version > COALESCE((SELECT version FROM snap), 0)
             ORDER BY e.version"""
+        # The same from a cached state at version %(after)s: no snapshot needed.
+        self.load_after = f"""
+            SELECT {previous}, NULL::jsonb, {_EVENT_COLUMNS}
+            FROM (SELECT 1) AS one
+            LEFT JOIN {schema}.events e
+                   ON e.stream_id = %(stream_id)s::text AND e.version > %(after)s::integer
+            ORDER BY e.version"""
+        columns = "command_id, command_type, stream_id, result"
+        # A plain INSERT: a twin that recorded the command id first makes it fail (and the
+        # pipeline's COMMIT with it).
         self.record = f"""
-            INSERT INTO {schema}.commands (command_id, command_type, stream_id, result)
-            VALUES (%(command_id)s, %(command_type)s, %(stream_id)s, %(result)s::jsonb)
-            ON CONFLICT (command_id) DO NOTHING
-            RETURNING command_id"""
+            INSERT INTO {schema}.commands ({columns})
+            VALUES (%(command_id)s::text, %(command_type)s::text, %(stream_id)s::text,
+                    %(result)s::jsonb)"""
+        # After an append (the CTE ``appended``, its RETURNING rows): the record, with the
+        # last event's position, and the snapshot are written only if it stored events.
+        self.record_appended = f"""
+            INSERT INTO {schema}.commands ({columns})
+            SELECT %(command_id)s::text, %(command_type)s::text, %(stream_id)s::text,
+                   jsonb_set(%(result)s::jsonb, '{{position}}',
+                             to_jsonb(max(transaction_id)::text || '.' || max(position)::text))
+            FROM appended HAVING count(*) > 0"""
+        self.snapshot_appended = f"""
+            INSERT INTO {schema}.snapshots (stream_id, stream_type, version, snapshot_version,
+                                            state)
+            SELECT %(stream_id)s::text, %(stream_type)s::text, %(snapshot_at)s::integer,
+                   %(snapshot_version)s::integer, %(state)s::jsonb
+            WHERE EXISTS (SELECT 1 FROM appended)
+            ON CONFLICT (stream_id) DO UPDATE
+               SET version = excluded.version, snapshot_version = excluded.snapshot_version,
+                   state = excluded.state, taken_at = excluded.taken_at
+             WHERE {schema}.snapshots.version < excluded.version"""
+
+    def write(self, append: str, snapshot: bool) -> Statement:
+        """One statement for every write of an accepted command: the append, the command
+        record and (when due) the snapshot; it returns the append's rows."""
+        ctes = [f"appended AS ({append})", f"recorded AS ({self.record_appended})"]
+        if snapshot:
+            ctes.append(f"snapshot AS ({self.snapshot_appended})")
+        return Statement.of(f"WITH {', '.join(ctes)} SELECT transaction_id, position FROM appended")
 
 
-def _driver_rows(conn: Connection, statement: str, params: dict[str, Any]) -> list[Any]:
+def _driver_of(conn: Connection) -> psycopg.Connection[Any]:
     driver = conn.connection.driver_connection
     if not isinstance(driver, psycopg.Connection):
         raise EventStoreError("the event store needs the psycopg 3 driver")
-    try:
-        with driver.cursor() as cursor:
-            cursor.execute(statement, params)
-            return cursor.fetchall()
-    except psycopg.Error as exc:
-        raise StorageError(f"command bus statement failed: {exc}", exc.sqlstate) from exc
+    return driver
+
+
+def _event_values(row: list[bytes | None], stream_id: str) -> tuple[Any, ...]:
+    """A load row's event columns (binary) as ``reading.event_from_row`` takes them."""
+    event_id, stream_type, version, event_type, schema_version, data, metadata = row[2:9]
+    recorded_at, transaction_id, position = row[9:12]
+    assert stream_type is not None and event_type is not None
+    assert data is not None and metadata is not None
+    return (
+        event_id,
+        stream_id,
+        stream_type.decode(),
+        int8(version),
+        event_type.decode(),
+        int8(schema_version),
+        data.decode(),
+        metadata.decode(),
+        int8(recorded_at),
+        int8(transaction_id),
+        int8(position),
+    )
 
 
 class _RecordedByTwin(Exception):
     """A concurrent send of the same command id recorded its result first."""
+
+
+class StateCache:
+    """Aggregate states by (aggregate type, stream id) at a version, least recently used
+    dropped first. Thread-safe."""
+
+    def __init__(self, size: int) -> None:
+        if size < 0:
+            raise ValueError(f"cache size must be >= 0, got {size}")
+        self.size = size
+        self._states: OrderedDict[tuple[type[Any], str], tuple[int, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, aggregate_type: type[Any], stream_id: str) -> tuple[int, Any] | None:
+        key = (aggregate_type, stream_id)
+        with self._lock:
+            found = self._states.get(key)
+            if found is not None:
+                self._states.move_to_end(key)
+            return found
+
+    def put(self, aggregate_type: type[Any], stream_id: str, version: int, state: Any) -> None:
+        if self.size == 0:
+            return
+        key = (aggregate_type, stream_id)
+        with self._lock:
+            known = self._states.get(key)
+            if known is None or known[0] < version:
+                self._states[key] = (version, state)
+            self._states.move_to_end(key)
+            while len(self._states) > self.size:
+                self._states.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._states)
 
 
 def utc_now() -> datetime:
@@ -83,6 +203,7 @@ class CommandBus:
         snapshots: SnapshotPolicy | None = None,
         max_retries: int = 5,
         clock: Clock = utc_now,
+        cache_size: int = 10_000,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
@@ -92,6 +213,7 @@ class CommandBus:
         self.snapshots = SnapshotStore(store.tables)
         self.max_retries = max_retries
         self.clock = clock
+        self.states = StateCache(cache_size)
         self.attempts = 0  # appends tried, retries included (for tests and benchmarks)
         self._sql = _CommandStatements(store.tables.schema)
 
@@ -102,7 +224,7 @@ class CommandBus:
         for attempt in range(self.max_retries + 1):
             try:
                 return self._attempt(command, command_id, route)
-            except ConcurrencyError:
+            except (ConcurrencyError, StatementsLost):
                 if attempt == self.max_retries:
                     raise
         raise AssertionError("unreachable")
@@ -117,13 +239,18 @@ class CommandBus:
     ) -> Aggregate[Any]:
         """The aggregate from its latest usable snapshot plus the events after it.
 
-        The same query ``send`` uses: a snapshot taken with another ``snapshot_version`` is
-        ignored and the stream replayed from its first event.
+        The same query ``send`` uses without a cached state: a snapshot taken with another
+        ``snapshot_version`` is ignored and the stream replayed from its first event.
         """
         if conn is None:
             with self.store.engine.connect() as own:
                 return self.load(aggregate_type, stream_id, own)
-        return self._previous_and_load(conn, None, aggregate_type, stream_id)[1]
+        params = self._load_params(None, aggregate_type, stream_id)
+        try:
+            [result] = prepared.run(_driver_of(conn), (Statement.of(self._sql.load), params))
+        except psycopg.Error as exc:
+            raise StorageError(f"loading {stream_id!r} failed: {exc}", exc.sqlstate) from exc
+        return self._aggregate(prepared.rows(result), aggregate_type, stream_id, None)
 
     def replay(self, aggregate_type: type[Aggregate[Any]], stream_id: str) -> Aggregate[Any]:
         """The aggregate folded from every event of its stream, ignoring snapshots."""
@@ -143,31 +270,132 @@ class CommandBus:
                 raise AssertionError(f"command {command_id} was recorded, then vanished") from None
             return previous
 
+    @contextmanager
+    def _session(self) -> Iterator[tuple[Connection, psycopg.Connection[Any]]]:
+        """A pooled connection for one command's transaction, which the bus opens and
+        commits itself (``BEGIN`` and ``COMMIT`` share pipelines with its statements);
+        handlers read through the SQLAlchemy connection, in the same transaction. Whatever
+        is left open (an error, an early return) is rolled back before the connection goes
+        back to the pool; a connection that fails at that is dropped from the pool."""
+        with self.store.engine.connect() as conn:
+            driver = _driver_of(conn)
+            try:
+                yield conn, driver
+            finally:
+                try:
+                    if driver.pgconn.transaction_status != TransactionStatus.IDLE:
+                        prepared.run(driver, (b"ROLLBACK", None))
+                except (psycopg.Error, EventStoreError):
+                    conn.invalidate()
+
+    def _begin(self, driver: psycopg.Connection[Any]) -> bytes:
+        """``BEGIN`` with the connection's isolation level and access mode, as psycopg
+        would send it."""
+        parts = [b"BEGIN"]
+        if driver.isolation_level is not None:
+            level = IsolationLevel(driver.isolation_level).name.replace("_", " ")
+            parts.append(b"ISOLATION LEVEL " + level.encode())
+        if driver.read_only is not None:
+            parts.append(b"READ ONLY" if driver.read_only else b"READ WRITE")
+        return b" ".join(parts)
+
     def _transaction(
         self, command: Command, command_id: str, route: Route[Any, Any]
     ) -> CommandResult:
         stream_id = route.stream_id(command)
-        with self.store.engine.begin() as conn:
-            previous, aggregate = self._previous_and_load(
-                conn, command_id, route.aggregate_type, stream_id
+        aggregate_type = route.aggregate_type
+        with self._session() as (conn, driver):
+            cached = self.states.get(aggregate_type, stream_id)
+            reads = route.reads(command) if route.reads is not None else {}
+            rows, found = self._begin_and_load(
+                driver, command_id, aggregate_type, stream_id, cached, reads
             )
-            if previous is not None:
-                return previous
+            if rows[0][0] is not None:
+                prepared.run(driver, (b"COMMIT", None))  # it only read
+                return result_from_json(json.loads(rows[0][0][1:]))
+            aggregate = self._aggregate(rows, aggregate_type, stream_id, cached)
             loaded_version = aggregate.version
-            context = HandlerContext(command_id, self.clock(), conn)
+            if loaded_version:
+                self.states.put(aggregate_type, stream_id, loaded_version, aggregate.state)
+            context = HandlerContext(command_id, self.clock(), conn, found)
             try:
                 route.handle(aggregate, command, context)
             except CommandRejected as rejection:
                 result: CommandResult = Rejected(command_id, rejection.reason)
-            else:
-                result = self._append(conn, command, command_id, aggregate, loaded_version)
-            if not self._record(conn, command, command_id, stream_id, result):
-                raise _RecordedByTwin  # leaves the block: our events roll back
-            return result
+                self._commit(driver, command, command_id, stream_id, result, None, None)
+                return result
+            return self._accept(driver, command, command_id, aggregate, loaded_version)
 
-    def _append(
+    def _begin_and_load(
         self,
-        conn: Connection,
+        driver: psycopg.Connection[Any],
+        command_id: str,
+        aggregate_type: type[Aggregate[Any]],
+        stream_id: str,
+        cached: tuple[int, Any] | None,
+        reads: Mapping[str, Read],
+    ) -> tuple[list[list[bytes | None]], dict[str, tuple[Any, ...] | None]]:
+        """BEGIN, the load and the route's reads in one round trip: the load's rows (the
+        earlier result of the command id, the snapshot unless a cached state is newer,
+        the events after it; binary) and each read's first row."""
+        params = self._load_params(command_id, aggregate_type, stream_id)
+        statement = Statement.of(self._sql.load)
+        if cached is not None:
+            params["after"] = cached[0]
+            statement = Statement.of(self._sql.load_after)
+        steps: list[prepared.Step] = [(self._begin(driver), None), (statement, params)]
+        steps += [(Statement.of(read.sql), read.params) for read in reads.values()]
+        try:
+            results = prepared.run(driver, *steps)
+        except psycopg.Error as exc:
+            raise StorageError(f"loading {stream_id!r} failed: {exc}", exc.sqlstate) from exc
+        found = {
+            name: prepared.first_row(driver, result)
+            for name, result in zip(reads, results[2:], strict=True)
+        }
+        return prepared.rows(results[1]), found
+
+    def _load_params(
+        self, command_id: str | None, aggregate_type: type[Aggregate[Any]], stream_id: str
+    ) -> dict[str, Any]:
+        return {
+            "command_id": command_id,
+            "stream_id": stream_id,
+            "snapshot_version": aggregate_type.snapshot_version,
+        }
+
+    def _aggregate(
+        self,
+        rows: list[list[bytes | None]],
+        aggregate_type: type[Aggregate[Any]],
+        stream_id: str,
+        cached: tuple[int, Any] | None,
+    ) -> Aggregate[Any]:
+        """The aggregate from a load's rows (binary values): the cached state, else the
+        snapshot, else the initial state, then the events after it, upcast and decoded."""
+        snapshot = rows[0][1]
+        if cached is not None:
+            aggregate = aggregate_type(stream_id, cached[1], cached[0])
+        elif snapshot is not None:
+            version, state = json.loads(snapshot[1:])  # jsonb: a version byte, then text
+            aggregate = aggregate_type.from_snapshot(stream_id, version, state)
+        else:
+            aggregate = aggregate_type(stream_id)
+        if rows[0][2] is not None:  # else the stream has no events after that
+            upcasters = self.store.upcasters
+            codec = self.registry.codec
+            events = []
+            for row in rows:
+                recorded = event_from_row(_event_values(row, stream_id))
+                if upcasters is not None:
+                    recorded = upcasters.upcast(recorded)
+                events.append(codec.decode(recorded))
+            aggregate.replay(events)
+        return aggregate
+
+    def _accept(
+        self,
+        driver: psycopg.Connection[Any],
         command: Command,
         command_id: str,
         aggregate: Aggregate[Any],
@@ -175,16 +403,36 @@ class CommandBus:
     ) -> Accepted:
         metadata = {"command_id": command_id, "command_type": command.command_name}
         new_events = [self.registry.codec.encode(e, metadata) for e in aggregate.pending]
-        self.attempts += 1
-        appended = self.store.append(
-            aggregate.stream_id,
-            new_events,
-            loaded_version,
+        version = loaded_version + len(new_events)
+        accepted = Accepted(
+            command_id=command_id,
+            stream_id=aggregate.stream_id,
             stream_type=aggregate.stream_type,
-            connection=conn,
+            version=version,
+            event_ids=tuple(str(e.event_id) for e in new_events),
+            position=None,  # known once appended: the record statement fills it in
         )
-        if self.policy.due(loaded_version, appended.version):
-            self.snapshots.save(conn, aggregate, appended.version)
+        if not new_events:
+            self._commit(driver, command, command_id, aggregate.stream_id, accepted, None, None)
+            return accepted
+        self.attempts += 1
+        snapshot = None
+        if self.policy.due(loaded_version, version):
+            snapshot = {
+                "snapshot_at": version,
+                "snapshot_version": aggregate.snapshot_version,
+                "state": json.dumps(aggregate.snapshot_state()),
+            }
+        rows = self._commit(
+            driver,
+            command,
+            command_id,
+            aggregate.stream_id,
+            accepted,
+            (new_events, loaded_version, aggregate.stream_type),
+            snapshot,
+        )
+        appended = self.store.append_result(aggregate.stream_id, new_events, loaded_version, rows)
         return Accepted(
             command_id=command_id,
             stream_id=aggregate.stream_id,
@@ -194,53 +442,43 @@ class CommandBus:
             position=appended.position,
         )
 
-    def _record(
+    def _commit(
         self,
-        conn: Connection,
+        driver: psycopg.Connection[Any],
         command: Command,
         command_id: str,
         stream_id: str,
         result: CommandResult,
-    ) -> bool:
-        """Record the command id and result; False when a concurrent twin recorded it first."""
+        append: tuple[Sequence[NewEvent], int, str] | None,
+        snapshot: dict[str, Any] | None,
+    ) -> list[tuple[int, int]]:
+        """The writes and COMMIT in one round trip; the append's ``(transaction_id,
+        position)`` rows (none when its guard found the stream moved: then nothing was
+        written, see the module docstring)."""
         params = {
             "command_id": command_id,
             "command_type": command.command_name,
             "stream_id": stream_id,
             "result": json.dumps(result.to_json()),
         }
-        return bool(_driver_rows(conn, self._sql.record, params))
-
-    def _previous_and_load(
-        self,
-        conn: Connection,
-        command_id: str | None,
-        aggregate_type: type[Aggregate[Any]],
-        stream_id: str,
-    ) -> tuple[CommandResult | None, Aggregate[Any]]:
-        """The command's earlier result and the loaded aggregate, in ONE round trip."""
-        params = {
-            "command_id": command_id,
-            "stream_id": stream_id,
-            "snapshot_version": aggregate_type.snapshot_version,
-        }
-        rows = _driver_rows(conn, self._sql.load, params)
-        previous_json, snapshot = rows[0][0], rows[0][1]
-        if previous_json is not None:
-            return result_from_json(previous_json), aggregate_type(stream_id)
-        if snapshot is None:
-            aggregate = aggregate_type(stream_id)
-        else:
-            aggregate = aggregate_type.from_snapshot(stream_id, snapshot[0], snapshot[1])
-        upcasters = self.store.upcasters
-        events = []
-        for row in rows:
-            if row[2] is None:  # the stream has no events after the snapshot
-                continue
-            recorded = RecordedEvent.from_columns((row[2], stream_id, *row[3:12]))
-            events.append(recorded if upcasters is None else upcasters.upcast(recorded))
-        aggregate.replay(self.registry.codec.decode(e) for e in events)
-        return None, aggregate
+        statement = Statement.of(self._sql.record)
+        expected = 0
+        if append is not None:
+            events, expected, stream_type = append
+            append_params, append_sql = self._sql.appends.for_append(
+                stream_id, stream_type, events, expected
+            )
+            statement = self._sql.write(append_sql, snapshot is not None)
+            params |= append_params | (snapshot or {})
+        try:
+            results = prepared.run(driver, (statement, params), (b"COMMIT", None))
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name == "commands_pkey":
+                raise _RecordedByTwin from exc
+            raise self.store.append_error(exc, stream_id, expected) from exc
+        except psycopg.Error as exc:
+            raise self.store.append_error(exc, stream_id, expected) from exc
+        return [(int8(tx), int8(seq)) for tx, seq in prepared.rows(results[0])]
 
     def _previous(self, conn: Connection, command_id: str) -> CommandResult | None:
         t = self.store.tables.commands

@@ -29,27 +29,23 @@ skip). Within a stream, versions ascend in this order because the writer of vers
 must see version n committed; ``append`` checks that the head's transaction id is lower
 than its own, which fails only when a caller wrote something else earlier in a
 transaction that began before the head was committed.
+
+**Reads** (:mod:`event_store.reading`): a ``read_all`` page is one statement streamed in
+chunks and turned into events straight from C-loaded columns, each keeping its id, time,
+JSON and position encoded until used; :meth:`EventStore.read_batches` returns the same
+rows as Arrow record batches, no Python object per event.
 """
 
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-from sqlalchemy import (
-    BigInteger,
-    Connection,
-    Engine,
-    Row,
-    Text,
-    cast,
-    func,
-    select,
-    tuple_,
-)
+from sqlalchemy import Connection, Engine, func, select
 
+from event_store import prepared
 from event_store.errors import (
     ConcurrencyError,
     EventStoreError,
@@ -57,8 +53,24 @@ from event_store.errors import (
     StorageError,
 )
 from event_store.event import NewEvent, Position, RecordedEvent
+from event_store.prepared import Statement, StatementsLost, int8
+from event_store.reading import (
+    EventQueries,
+    arrow_batch,
+    check_columns,
+    fetch_events,
+    fetch_rows,
+    last_position,
+    page_params,
+    selected_columns,
+    stream_params,
+    upcast_all,
+)
 from event_store.schema import DEFAULT_SCHEMA, StoreTables
 from event_store.upcasting import Upcasters
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 
 @dataclass(frozen=True)
@@ -79,9 +91,10 @@ class AppendResult:
 class AppendStatements:
     """The four append statements: one event or many, to a new stream or an existing one.
 
-    Appends run on the psycopg connection under the SQLAlchemy one (same connection, same
-    transaction): on the hot path SQLAlchemy's statement layer costs as much as the
-    database, and these statements need nothing from it. A single event is a plain
+    An append in a caller's transaction runs on the psycopg connection under the
+    SQLAlchemy one (same connection, same transaction); one on its own, and the command
+    bus's, run on libpq directly (:mod:`event_store.prepared`, arrays then as text): on the
+    hot path even psycopg's Python layer costs more than the database. A single event is a plain
     ``INSERT … VALUES``; many go in one ``INSERT … SELECT FROM unnest(arrays)`` with the
     arrays sent in binary format (the text format escapes every JSON string with a regex,
     which was half the cost of a 1,000-event append). Appending to an existing stream adds
@@ -93,23 +106,28 @@ class AppendStatements:
         "event_id, stream_id, stream_type, version, event_type, schema_version, data, metadata"
     )
 
-    def __init__(self, schema: str) -> None:
+    def __init__(self, schema: str, arrays: str = "b") -> None:
+        """``arrays``: ``"b"`` sends the arrays of a many-event append in binary (psycopg),
+        ``"s"`` as text parameters (for :mod:`event_store.prepared`)."""
         table = f"{schema}.events"
+        a = arrays
         guard = (
-            f"WHERE EXISTS (SELECT 1 FROM {table} h WHERE h.stream_id = %(stream_id)s "
-            "AND h.version = %(expected)s "
+            f"WHERE EXISTS (SELECT 1 FROM {table} h WHERE h.stream_id = %(stream_id)s::text "
+            "AND h.version = %(expected)s::integer "
             "AND h.transaction_id < pg_current_xact_id()::text::bigint)"
         )
         returning = "RETURNING transaction_id, position"
         one = (
-            "%(event_id)s, %(stream_id)s, %(stream_type)s, %(version)s::integer, "
-            "%(event_type)s, %(schema_version)s::integer, %(data)s::jsonb, %(metadata)s::jsonb"
+            "%(event_id)s::uuid, %(stream_id)s::text, %(stream_type)s::text, "
+            "%(version)s::integer, %(event_type)s::text, %(schema_version)s::integer, "
+            "%(data)s::jsonb, %(metadata)s::jsonb"
         )
-        many = """SELECT e.event_id, %(stream_id)s, %(stream_type)s,
+        many = f"""SELECT e.event_id, %(stream_id)s::text, %(stream_type)s::text,
                    %(expected)s::integer + e.ord::integer, e.event_type, e.schema_version,
                    e.data, e.metadata
-            FROM unnest(%(event_ids)b::uuid[], %(event_types)b::text[],
-                        %(schema_versions)b::integer[], %(data)b::jsonb[], %(metadata)b::jsonb[])
+            FROM unnest(%(event_ids){a}::uuid[], %(event_types){a}::text[],
+                        %(schema_versions){a}::integer[], %(data){a}::jsonb[],
+                        %(metadata){a}::jsonb[])
                  WITH ORDINALITY AS e(event_id, event_type, schema_version, data, metadata, ord)"""
         insert = f"INSERT INTO {table} ({self.COLUMNS})"
         self.one_new = f"{insert} VALUES ({one}) {returning}"
@@ -158,6 +176,8 @@ class EventStore:
         self.upcasters = upcasters
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._sql = AppendStatements(self.tables.schema)
+        self._text_sql = AppendStatements(self.tables.schema, arrays="s")
+        self._queries = EventQueries(self.tables.schema)
 
     @contextmanager
     def _connection(self, connection: Connection | None, autocommit: bool) -> Iterator[Connection]:
@@ -216,27 +236,71 @@ class EventStore:
             raise ValueError(f"expected_version must be >= 0, got {expected_version}")
         if not events:
             return AppendResult(stream_id, expected_version, (), ())
-        params, statement = self._sql.for_append(stream_id, stream_type, events, expected_version)
-        with self._driver(connection) as driver:
-            try:
-                with driver.cursor() as cursor:
-                    cursor.execute(statement, params)
-                    rows = cursor.fetchall()
-            except psycopg.errors.UniqueViolation as exc:
-                if exc.diag.constraint_name == "events_stream_version_key":
-                    raise ConcurrencyError(stream_id, expected_version, None) from exc
-                raise StorageError(f"append to {stream_id!r} failed: {exc}", exc.sqlstate) from exc
-            except psycopg.errors.UndefinedTable as exc:
-                raise SchemaMissingError(
-                    f"{self.tables.schema}.events does not exist: create it with "
-                    "event_store.create_schema (`tributary run-commands` does)",
-                    exc.sqlstate,
-                ) from exc
-            except psycopg.Error as exc:
-                raise StorageError(f"append to {stream_id!r} failed: {exc}", exc.sqlstate) from exc
+        if connection is None:
+            rows = self._append_alone(stream_id, events, expected_version, stream_type)
+        else:
+            params, statement = self._sql.for_append(
+                stream_id, stream_type, events, expected_version
+            )
+            with self._driver(connection) as driver:
+                try:
+                    with driver.cursor() as cursor:
+                        cursor.execute(statement, params)
+                        rows = cursor.fetchall()
+                except psycopg.Error as exc:
+                    raise self.append_error(exc, stream_id, expected_version) from exc
         if not rows:
             actual = None if connection is not None else self.stream_version(stream_id)
             raise ConcurrencyError(stream_id, expected_version, actual)
+        return self.append_result(stream_id, events, expected_version, rows)
+
+    def _append_alone(
+        self, stream_id: str, events: Sequence[NewEvent], expected: int, stream_type: str
+    ) -> list[tuple[int, int]]:
+        """An append outside a transaction: one prepared statement on libpq directly (see
+        :mod:`event_store.prepared`), which PostgreSQL commits on its own; no BEGIN, no
+        autocommit switch, no psycopg cursor."""
+        params, sql = self._text_sql.for_append(stream_id, stream_type, events, expected)
+        statement = Statement.of(sql)
+        raw = self.engine.raw_connection()
+        try:
+            driver = raw.driver_connection
+            if not isinstance(driver, psycopg.Connection):
+                raise EventStoreError("the event store needs the psycopg 3 driver")
+            for attempt in (1, 2):
+                try:
+                    [result] = prepared.run(driver, (statement, params))
+                    break
+                except StatementsLost:  # nothing ran: prepare again, once
+                    if attempt == 2:
+                        raise
+                except psycopg.Error as exc:
+                    if driver.pgconn.status != psycopg.pq.ConnStatus.OK:
+                        raw.invalidate()
+                    raise self.append_error(exc, stream_id, expected) from exc
+        finally:
+            raw.close()
+        return [(int8(tx), int8(seq)) for tx, seq in prepared.rows(result)]
+
+    def append_statement(
+        self, stream_id: str, events: Sequence[NewEvent], expected_version: int, stream_type: str
+    ) -> tuple[str, dict[str, Any]]:
+        """The statement and parameters :meth:`append` runs (for a caller that pipelines it
+        with other statements: the command bus). It returns ``(transaction_id, position)``
+        per event, or no row when the stream is not at ``expected_version``."""
+        params, statement = self._sql.for_append(stream_id, stream_type, events, expected_version)
+        return statement, params
+
+    def append_result(
+        self,
+        stream_id: str,
+        events: Sequence[NewEvent],
+        expected_version: int,
+        rows: Sequence[Sequence[Any]],
+    ) -> AppendResult:
+        """What an :meth:`append_statement` stored, from the rows it returned."""
+        if not rows:
+            raise ConcurrencyError(stream_id, expected_version, None)
         positions = tuple(sorted(Position(int(r[0]), int(r[1])) for r in rows))
         return AppendResult(
             stream_id,
@@ -244,6 +308,21 @@ class EventStore:
             tuple(str(e.event_id) for e in events),
             positions,
         )
+
+    def append_error(
+        self, exc: psycopg.Error, stream_id: str, expected_version: int
+    ) -> EventStoreError:
+        """The store's error for a driver error of an append."""
+        if isinstance(exc, psycopg.errors.UniqueViolation):
+            if exc.diag.constraint_name == "events_stream_version_key":
+                return ConcurrencyError(stream_id, expected_version, None)
+        elif isinstance(exc, psycopg.errors.UndefinedTable):
+            return SchemaMissingError(
+                f"{self.tables.schema}.events does not exist: create it with "
+                "event_store.create_schema (`tributary run-commands` does)",
+                exc.sqlstate,
+            )
+        return StorageError(f"append to {stream_id!r} failed: {exc}", exc.sqlstate)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -262,13 +341,10 @@ class EventStore:
         connection: Connection | None = None,
     ) -> list[RecordedEvent]:
         """The stream's events from ``from_version`` (inclusive), in version order, upcast."""
-        t = self.tables.events
-        query = select(t).where(t.c.stream_id == stream_id, t.c.version >= from_version)
-        if to_version is not None:
-            query = query.where(t.c.version <= to_version)
-        with self._connection(connection, autocommit=True) as conn:
-            rows = conn.execute(query.order_by(t.c.version)).all()
-        return [self._recorded(r) for r in rows]
+        params = stream_params(stream_id, from_version, to_version)
+        with self._reading(connection) as driver:
+            events = fetch_events(driver, self._queries.read_stream, params)
+        return upcast_all(events, self.upcasters)
 
     def read_all(
         self,
@@ -279,22 +355,73 @@ class EventStore:
         """Up to ``limit`` committed events after ``after``, in global order, upcast.
 
         Resume with the last event's ``position``; see the module docstring for why this
-        never skips an event that commits later.
+        never skips an event that commits later. One statement, streamed in chunks; each
+        event keeps its id, JSON and position encoded until first used (``RecordedEvent``).
         """
-        t = self.tables.events
-        horizon = cast(cast(func.pg_snapshot_xmin(func.pg_current_snapshot()), Text), BigInteger)
-        query = select(t).where(t.c.transaction_id < horizon)
-        if after is not None:
-            query = query.where(
-                tuple_(t.c.transaction_id, t.c.position)
-                > tuple_(after.transaction_id, after.sequence)
-            )
-        query = query.order_by(t.c.transaction_id, t.c.position).limit(limit)
-        with self._connection(connection, autocommit=True) as conn:
-            rows = conn.execute(query).all()
-        return [self._recorded(r) for r in rows]
+        with self._reading(connection) as driver:
+            events = fetch_events(driver, self._queries.read_all, page_params(after, limit))
+        return upcast_all(events, self.upcasters)
 
-    def _recorded(self, row: Row[Any]) -> RecordedEvent:
-        m = row._mapping
-        event = RecordedEvent.from_columns([m[c] for c in RecordedEvent.COLUMNS])
-        return event if self.upcasters is None else self.upcasters.upcast(event)
+    def iter_all(
+        self,
+        after: Position | None = None,
+        page_size: int = 10_000,
+        connection: Connection | None = None,
+    ) -> Iterator[RecordedEvent]:
+        """Every committed event after ``after``, in global order, page by page until a
+        page comes back short (the reader has caught up with the horizon).
+
+        Each page is a statement of its own: no transaction stays open while the consumer
+        works, and events that commit meanwhile come in later pages, never skipped.
+        """
+        while True:
+            page = self.read_all(after, page_size, connection)
+            yield from page
+            if len(page) < page_size:
+                return
+            after = page[-1].position
+
+    def read_batches(
+        self,
+        columns: Sequence[str] = ("event_id", "stream_id", "event_type", "data"),
+        after: Position | None = None,
+        batch_size: int = 10_000,
+        connection: Connection | None = None,
+    ) -> "Iterator[pa.RecordBatch]":
+        """The log after ``after`` as Arrow record batches, no Python object per event.
+
+        Each batch holds ``columns`` (any of ``reading.BULK_COLUMNS``; JSON as UTF-8 text,
+        ``recorded_at`` as UTC microseconds), then ``transaction_id`` and ``position``
+        (int64): the last row's pair is the :class:`Position` to resume after. Same order,
+        horizon and never-skip guarantee as :meth:`read_all`, one statement per batch, until
+        a batch comes back short. Events whose type has an upcaster are upcast (only they
+        are decoded).
+        """
+        names = check_columns(columns)
+        selected = selected_columns(names, self.upcasters)
+        statement = self._queries.bulk(selected)
+        while True:
+            with self._reading(connection) as driver:
+                rows = fetch_rows(driver, statement, page_params(after, batch_size))
+            if rows:
+                yield arrow_batch(rows, selected, names, self.upcasters)
+            if len(rows) < batch_size:
+                return
+            after = last_position(rows)
+
+    @contextmanager
+    def _reading(self, connection: Connection | None) -> Iterator[psycopg.Connection[Any]]:
+        """A driver connection for a read, with PostgreSQL's errors as the store's."""
+        try:
+            with self._driver(connection) as driver:
+                yield driver
+        except psycopg.errors.UndefinedTable as exc:
+            raise SchemaMissingError(
+                f"{self.tables.schema}.events does not exist: create it with "
+                "event_store.create_schema (`tributary run-commands` does)",
+                exc.sqlstate,
+            ) from exc
+        except psycopg.Error as exc:
+            raise StorageError(
+                f"reading {self.tables.schema}.events failed: {exc}", exc.sqlstate
+            ) from exc

@@ -35,6 +35,7 @@ class Upcasters:
 
     def __init__(self) -> None:
         self._steps: dict[tuple[str, int], Upcaster] = {}
+        self._types: frozenset[str] = frozenset()
 
     def register(
         self,
@@ -55,20 +56,37 @@ class Upcasters:
         self._steps[key] = Upcaster(
             from_type, from_version, to_type, to_version, transform or (lambda d: d)
         )
+        self._types = frozenset(t for t, _ in self._steps)
+
+    @property
+    def event_types(self) -> frozenset[str]:
+        """The stored type names some upcaster accepts: events of other types are left as
+        they are without a look (bulk reads test this first)."""
+        return self._types
 
     def upcast(self, event: RecordedEvent) -> RecordedEvent:
         """The event in its newest known shape (unchanged when no upcaster applies)."""
+        if (event.event_type, event.schema_version) not in self._steps:
+            return event
+        event_type, version, data = self.upcast_fields(
+            event.event_type, event.schema_version, event.data
+        )
+        return replace(event, event_type=event_type, schema_version=version, data=data)
+
+    def upcast_fields(
+        self, event_type: str, schema_version: int, data: JsonObject, transform: bool = True
+    ) -> tuple[str, int, JsonObject]:
+        """Type, schema version and data in their newest known shape (``data`` is not
+        modified: a transform gets a copy). ``transform=False``: only the type and version
+        (the data is returned as given)."""
         for _ in range(MAX_STEPS):
-            step = self._steps.get((event.event_type, event.schema_version))
+            step = self._steps.get((event_type, schema_version))
             if step is None:
-                return event
-            event = replace(
-                event,
-                event_type=step.to_type,
-                schema_version=step.to_version,
-                data=step.transform(dict(event.data)),
-            )
-        raise ValueError(f"upcasters loop on {event.event_type} v{event.schema_version}")
+                return event_type, schema_version, data
+            event_type, schema_version = step.to_type, step.to_version
+            if transform:
+                data = step.transform(dict(data))
+        raise ValueError(f"upcasters loop on {event_type} v{schema_version}")
 
     def __len__(self) -> int:
         return len(self._steps)

@@ -7,6 +7,7 @@ from infra import (  # noqa: F401  (each module registers its commands)
     cli_run,
     cli_serve,
     cli_stack,
+    cli_verify,
     cli_views,
 )
 from infra.cli_app import app

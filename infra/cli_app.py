@@ -1,18 +1,43 @@
-"""The Typer application and console shared by every CLI module."""
+"""The Typer application and console shared by every CLI module.
 
-from typing import Annotated, NoReturn
+Nothing the CLI prints carries a password or token: :func:`fail` and the handler of unexpected
+errors mask them (:mod:`tributary.redact`), and so does every log record of the process.
+"""
+
+import sys
+import traceback
+from typing import Annotated, Any, NoReturn
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
-from infra.settings import Settings, load_settings
+from infra.settings import Settings, load_settings, settings_problems
 from tributary.errors import TributaryError
+from tributary.redact import install_log_redaction, redact
 
-app = typer.Typer(
+
+class RedactingTyper(typer.Typer):
+    """A Typer app whose unexpected errors print a traceback with secrets masked (a driver's
+    error or a local variable can hold a connection string) and exit 1."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        install_log_redaction()
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as exc:
+            sys.stderr.write(redact("".join(traceback.format_exception(exc))))
+            sys.stderr.flush()
+            raise SystemExit(1) from None
+
+
+app = RedactingTyper(
     name="tributary",
     help="Kafka-centric CDC and event sourcing: Debezium, an append-only event store, Spark views.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_show_locals=False,
 )
 console = Console()
 err_console = Console(stderr=True)
@@ -21,10 +46,15 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.
 
 
 def settings() -> Settings:
-    return load_settings()
+    """The settings; exits 1 naming each wrong variable (never quoting a value) when invalid."""
+    install_log_redaction()
+    try:
+        return load_settings()
+    except ValidationError as exc:
+        fail(f"invalid settings: {settings_problems(exc)}")
 
 
 def fail(exc: TributaryError | str) -> NoReturn:
-    """Print the error (which says what to do next) and exit 1."""
-    err_console.print(f"[bold red]error:[/] {exc}")
+    """Print the error (which says what to do next), secrets masked, and exit 1."""
+    err_console.print(f"[bold red]error:[/] {escape(redact(str(exc)))}", soft_wrap=True)
     raise typer.Exit(code=1)

@@ -13,9 +13,11 @@ from rich.table import Table
 from cdc.signals import ensure_signal_table, request_incremental_snapshot
 from cdc.slots import set_replica_identity_full, slot_info
 from cdc.status import StatusFile
+from connectors.kafka.config import is_secret_property
 from infra.cli_app import JsonFlag, app, console, fail, settings
 from infra.settings import Settings
 from infra.stack.process import is_alive
+from tributary.redact import redact_data
 
 if TYPE_CHECKING:
     from cdc.connector import ConnectorRuntime
@@ -72,13 +74,37 @@ def snapshot(
     console.print(f"incremental snapshot of {', '.join(tables)} requested (signal {signal_id})")
 
 
+SECRETS_FILE = "/opt/kafka/secrets/tributary.properties"
+
+
 @app.command("connector-config")
 def connector_config(
     show_password: Annotated[bool, typer.Option(help="Print the real password.")] = False,
 ) -> None:
-    """Print the equivalent Kafka Connect JSON of the connector (for a Connect cluster)."""
+    """Print the equivalent Kafka Connect JSON of the connector (for a Connect cluster).
+
+    Without --show-password the database password (and any secret-looking property) is a
+    FileConfigProvider reference. Kafka's own connection (brokers, SASL/TLS) is the Connect
+    worker's configuration, never part of this JSON."""
     config = settings().debezium().kafka_connect_config(hide_password=not show_password)
+    if not show_password:
+        config = hide_secrets(config)
     sys.stdout.write(json.dumps(config, indent=2) + "\n")
+
+
+def hide_secrets(exported: dict[str, object]) -> dict[str, object]:
+    """The exported JSON with every secret-looking property a ``${file:...}`` reference and
+    any other password masked."""
+    body = exported.get("config")
+    if not isinstance(body, dict):
+        return redact_data(exported)
+    hidden = {
+        key: value
+        if key == "database.password" or not is_secret_property(key)
+        else f"${{file:{SECRETS_FILE}:{key}}}"
+        for key, value in body.items()
+    }
+    return {**exported, "config": redact_data(hidden)}
 
 
 def cdc_status(s: Settings) -> dict[str, object]:
@@ -133,7 +159,7 @@ def cdc_status(s: Settings) -> dict[str, object]:
 @app.command("cdc-status")
 def cdc_status_command(as_json: JsonFlag = False) -> None:
     """The connector: state, changes published, last change time, the slot's retained WAL."""
-    info = cdc_status(settings())
+    info = redact_data(cdc_status(settings()))
     if as_json:
         sys.stdout.write(json.dumps(info) + "\n")
         return

@@ -29,6 +29,7 @@ from event_store.command_topic import (
 from infra.cli_app import app, console, err_console, fail, settings
 from infra.settings import Settings
 from tributary.errors import TributaryError
+from tributary.redact import redact
 
 
 def command_topics(s: Settings) -> CommandTopics:
@@ -171,7 +172,7 @@ def _wait_views(s: Settings, token: str, timeout: float) -> None:
     try:
         waiter.wait(token, max(timeout, 0.0))
     except ViewsLaggingError as exc:
-        err_console.print(f"views lagging: {exc}", markup=False, soft_wrap=True)
+        err_console.print(f"views lagging: {redact(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(code=3) from None
     finally:
         waiter.close()

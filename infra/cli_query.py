@@ -16,13 +16,16 @@ from rich.markup import escape
 
 from infra.cli_app import app, err_console, settings
 from tributary.errors import TributaryError
+from tributary.redact import redact
 
 EXIT_BAD_ARGUMENTS = 2
 EXIT_LAGGING = 3
 
 
 def _exit(code: int, reason: str) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {escape(reason)}", highlight=False, soft_wrap=True)
+    err_console.print(
+        f"[bold red]error:[/] {escape(redact(reason))}", highlight=False, soft_wrap=True
+    )
     raise typer.Exit(code=code)
 
 

@@ -7,16 +7,36 @@ import threading
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from infra.cli_app import app, console, err_console, fail, settings
 from infra.settings import Settings
 from infra.supervision import Supervisor
 from tributary.errors import TributaryError
+from tributary.redact import redact
 
 COMPONENTS = ("cdc", "commands", "views", "api")
 
 
+def lease_name(component: str, s: Settings) -> str | None:
+    """The lease a component holds while it runs (None: copies may run side by side)."""
+    if component == "cdc":
+        return f"cdc:{s.cdc_connector_name}"
+    if component == "commands":
+        return f"commands:{s.command_processor_name}:{s.commands_topic}"
+    return None  # views take one lease per view (infra.cli_views); the HTTP API scales out
+
+
 def _run_foreground(component: str, s: Settings) -> None:
+    name = lease_name(component, s)
+    if name is not None:
+        from connectors.leases import Lease
+
+        def lost(reason: str) -> None:
+            err_console.print(f"[bold red]error:[/] {component}: {reason}; stopping")
+            os._exit(1)
+
+        Lease(s.postgres().dsn, name).acquire(on_lost=lost)
     if component == "cdc":
         from infra.cli_cdc import run_cdc
 
@@ -44,7 +64,9 @@ def run_component(component: str, s: Settings) -> None:
     try:
         _run_foreground(component, s)
     except TributaryError as exc:
-        err_console.print(f"[bold red]error:[/] {component}: {exc}")
+        err_console.print(
+            f"[bold red]error:[/] {component}: {escape(redact(str(exc)))}", soft_wrap=True
+        )
         code = 1
     except typer.Exit as exc:  # a command that failed with its own message
         code = exc.exit_code
@@ -81,6 +103,10 @@ def run(
         (s.home / "logs").resolve(),
         announce=lambda line: console.print(f"run: {line}"),
     )
+    if s.verify_interval_s > 0:
+        from infra.verify import VerifyLoop
+
+        VerifyLoop(s, s.verify_interval_s, stop).start()
     supervisor.run(stop)
     console.print("run: all components stopped")
 

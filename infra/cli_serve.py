@@ -6,6 +6,7 @@ gracefully: requests in flight finish (at most ``GRACE_S`` seconds), then it exi
 """
 
 import errno
+import ipaddress
 import signal
 import socket
 from typing import Annotated
@@ -41,6 +42,14 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 @app.command()
 def serve(
     host: Annotated[
@@ -73,6 +82,12 @@ def serve(
     )
     bound_port = sock.getsockname()[1]
     console.print(f"serving http://{host}:{bound_port} (OpenAPI at /docs); Ctrl-C stops")
+    if s.api_token is None and not is_loopback(host):
+        console.print(
+            f"warning: anyone who reaches {host}:{bound_port} can send commands: set"
+            " TRIBUTARY_API_TOKEN (and TRIBUTARY_API_READ_TOKEN for the reads)",
+            soft_wrap=True,
+        )
     try:
         server.run(sockets=[sock])
     finally:

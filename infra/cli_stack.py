@@ -13,6 +13,7 @@ from infra.cli_app import JsonFlag, app, console, fail, settings
 from infra.settings import Settings
 from infra.stack import ComponentStatus, LocalStack
 from tributary.errors import TributaryError
+from tributary.redact import redact_data
 
 
 @app.command()
@@ -46,6 +47,7 @@ def status(as_json: JsonFlag = False) -> None:
     services_up = {c.name for c in statuses if c.state == "up"}
     if s.kafka_bootstrap_servers is not None or {"postgres", "broker"} <= services_up:
         rows += runtime_rows(s)
+    rows = redact_data(rows)  # errors of drivers can quote a connection string
     if as_json:
         sys.stdout.write(json.dumps(rows, default=str) + "\n")
         return
@@ -119,6 +121,22 @@ def runtime_rows(s: Settings) -> list[dict[str, object]]:
             )
     except Exception as exc:
         rows.append({"name": "views", "state": f"unknown ({exc})", "endpoint": "", "pid": None})
+    from infra.verify import read_last
+
+    last = read_last(s)
+    if last is not None:
+        rows.append(
+            {
+                "name": "verify",
+                "state": "ok" if last.get("ok") else "differences",
+                "endpoint": time.strftime("%H:%M:%S", time.localtime(float(last.get("at", 0)))),
+                "pid": None,
+                "detail": "source of truth = topics and views"
+                if last.get("ok")
+                else "run `tributary verify` for details, `tributary repair` to fix the topics",
+                "verify": last,
+            }
+        )
     return rows
 
 

@@ -11,9 +11,11 @@ import threading
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from connectors.leases import Lease
 from infra.cli_app import JsonFlag, app, console, fail, settings
 from infra.settings import Settings
 from spark_streaming.replay import replay as replay_view
@@ -24,6 +26,7 @@ from spark_streaming.status import ViewStatus, view_statuses
 from spark_streaming.view_job import BatchReport
 from spark_streaming.views import ViewsConfig, configured_views, find_view
 from tributary.errors import TributaryError
+from tributary.redact import redact, redact_data
 
 
 def views_config(s: Settings) -> ViewsConfig:
@@ -31,6 +34,7 @@ def views_config(s: Settings) -> ViewsConfig:
     return ViewsConfig(
         kafka=s.kafka("tributary-views"),
         postgres_dsn=s.postgres().dsn,
+        read_dsn=None if s.views_read_url is None else s.views_read_postgres().dsn,
         views_schema=s.views_schema,
         checkpoint_root=(s.view_checkpoint_dir or s.home / "checkpoints").resolve(),
         mirror_tables=tuple(t.strip() for t in s.mirror_tables.split(",") if t.strip()),
@@ -43,6 +47,7 @@ def views_config(s: Settings) -> ViewsConfig:
         redis_url=s.cache_url,
         index_root=(s.index_dir or s.home / "indexes").resolve(),
         view_factories=tuple(f.strip() for f in s.views.split(",") if f.strip()),
+        event_store_schema=s.event_store_schema,
     )
 
 
@@ -74,8 +79,9 @@ def run_views(s: Settings, stop: threading.Event, names: list[str] | None = None
             specs,
             config.kafka,
             config.job_options(),
-            log=console.log,
+            log=lambda line: console.log(escape(redact(line))),
             replay_options=config.job_options(replay=True),
+            lease_for=lambda name: Lease(s.postgres().dsn, name),
         ).run(stop)
     finally:
         spark.stop()
@@ -149,19 +155,60 @@ def views_command(as_json: JsonFlag = False) -> None:
     except TributaryError as exc:
         fail(exc)
     if as_json:
-        sys.stdout.write(json.dumps([st.as_dict() for st in statuses]) + "\n")
+        sys.stdout.write(json.dumps(redact_data([st.as_dict() for st in statuses])) + "\n")
         return
     table = Table("view", "store", "generation", "batch", "offsets", "lag")
     for st in statuses:
         table.add_row(
             st.view,
-            st.store if st.error is None else f"[red]{st.error}[/]",
+            escape(redact(st.store)) if st.error is None else f"[red]{escape(redact(st.error))}[/]",
             st.generation or "-",
             str(st.batch_id),
             json.dumps(st.offsets),
             str(st.lag),
         )
     console.print(table)
+
+
+@app.command("grant-read-role")
+def grant_read_role_command(
+    role: Annotated[str, typer.Argument(help="The read-only role (created when missing).")],
+    password_stdin: Annotated[
+        bool,
+        typer.Option(
+            "--password-stdin", help="Read the role's password from the first line of stdin."
+        ),
+    ] = False,
+    writer: Annotated[
+        str | None,
+        typer.Option(
+            help="The role that runs the view jobs and creates their tables [default: the"
+            " user of TRIBUTARY_POSTGRES_URL]."
+        ),
+    ] = None,
+) -> None:
+    """Let ROLE read the views' tables (now and those created later) and nothing else; serve
+    reads through it with TRIBUTARY_VIEWS_READ_URL."""
+    import psycopg
+
+    from connectors.roles import grant_read_role
+
+    s = settings()
+    password = sys.stdin.readline().rstrip("\r\n") if password_stdin else None
+    if password_stdin and not password:
+        fail("--password-stdin: the first line of stdin is empty")
+    try:
+        with psycopg.connect(s.postgres().dsn, autocommit=True, connect_timeout=10) as conn:
+            grant_read_role(conn, s.views_schema, role, password=password, writer=writer)
+    except (TributaryError, psycopg.Error) as exc:
+        fail(f"cannot grant read access to {role}: {exc}")
+    db = s.postgres()
+    console.print(
+        f"role {escape(role)} can read schema {s.views_schema} (and the tables created there"
+        " later) and nothing else; serve through it with TRIBUTARY_VIEWS_READ_URL="
+        f"postgresql+psycopg://{escape(role)}:<password>@{db.host}:{db.port}/{db.database}",
+        soft_wrap=True,
+    )
 
 
 if __name__ == "__main__":  # `python -m infra.cli_views replay VIEW` works before wiring

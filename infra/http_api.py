@@ -8,26 +8,36 @@
   waits for a position token before the query runs.
 - ``GET /health``: the database and every view's store.
 
+Who may do what: with ``TRIBUTARY_API_TOKEN`` set, ``POST /commands`` needs
+``Authorization: Bearer <token>``; with ``TRIBUTARY_API_READ_TOKEN`` set, so do the query routes
+(the read token, or the command token). ``/health`` and ``/docs`` stay open. A missing token is
+401 (with ``WWW-Authenticate: Bearer``), a wrong one 403.
+
 Every error answers JSON ``{"error": reason}``: 422 for a request that does not fit (bad JSON,
 an unknown command type, a parameter out of range), 400 for what a query refused, 404 for what
 it did not find, 503 when a store or the database cannot be reached (never a wrong answer), 504
-when the views did not catch up with a token in time.
+when the views did not catch up with a token in time. Reasons never carry a password or token
+(:func:`tributary.redact.redact`).
 """
 
 import asyncio
+import hmac
 import inspect
 import json
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Path, Request
+from fastapi import Depends, FastAPI, Path, Request
 from fastapi import Query as QueryField
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
+from fastapi.params import Depends as DependsParam
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from sqlalchemy import Engine, text
 from starlette.concurrency import run_in_threadpool
@@ -44,6 +54,7 @@ from event_store.errors import (
     StorageError,
     UnknownCommandTypeError,
 )
+from infra.errors import UnstorableCommandError
 from infra.settings import Settings
 from infra.view_queries import (
     MIN_POSITION,
@@ -64,6 +75,7 @@ from infra.view_queries import (
     with_defaults,
 )
 from projections.view import QueryParam, View
+from tributary.redact import install_log_redaction, redact, redact_data, register_secret
 
 MAX_TIMEOUT_S = 300.0
 
@@ -90,8 +102,11 @@ class HealthBody(BaseModel):
     error: str | None = None
 
 
-def error(status: int, reason: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": reason, **extra}, status_code=status)
+def error(
+    status: int, reason: str, headers: Mapping[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    body = redact_data({"error": reason, **jsonable_encoder(extra)})
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def failure_response(failure: QueryFailure, **extra: Any) -> JSONResponse:
@@ -104,12 +119,74 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     422: {"model": ErrorBody, "description": "A parameter is missing, mistyped or out of range."},
     503: {"model": ErrorBody, "description": "A store or the database cannot be reached."},
 }
+AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "No bearer token (Authorization: Bearer <token>)."},
+    403: {"model": ErrorBody, "description": "The bearer token is not valid here."},
+}
 QUERY_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "The query refused the arguments, or the token."},
     404: {"model": ErrorBody, "description": "The query found nothing."},
     **ERROR_RESPONSES,
     504: {"model": LaggingBody, "description": "The views did not apply min_position in time."},
 }
+
+
+# -- who may do what ---------------------------------------------------------------------
+
+
+def bearer_guard(
+    scheme_name: str, description: str, tokens: Sequence[str], what: str
+) -> DependsParam:
+    """A route dependency that requires ``Authorization: Bearer`` with one of ``tokens``
+    (401 with ``WWW-Authenticate: Bearer`` when missing, 403 when wrong); FastAPI declares it
+    in the OpenAPI schema as the bearer security scheme ``scheme_name``."""
+    scheme = HTTPBearer(auto_error=False, scheme_name=scheme_name, description=description)
+    expected = [token.encode() for token in tokens]
+
+    async def guard(
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(scheme)],
+    ) -> None:
+        if credentials is None:
+            raise HTTPException(
+                401,
+                f"{what} need a bearer token: send the header Authorization: Bearer <token>",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        given = credentials.credentials.encode()
+        valid = False
+        for token in expected:  # compare with every token: the time says nothing
+            valid |= hmac.compare_digest(given, token)
+        if not valid:
+            raise HTTPException(403, f"the bearer token is not valid for {what}")
+
+    return DependsParam(guard)
+
+
+def command_guard(settings: Settings) -> DependsParam | None:
+    """What ``POST /commands`` requires (None: open)."""
+    if settings.api_token is None:
+        return None
+    return bearer_guard(
+        "commandToken",
+        "TRIBUTARY_API_TOKEN: required by POST /commands (also reads the queries).",
+        [settings.api_token.get_secret_value()],
+        "commands",
+    )
+
+
+def read_guard(settings: Settings) -> DependsParam | None:
+    """What the query routes require (None: open): the read token or the command token."""
+    if settings.api_read_token is None:
+        return None
+    tokens = [settings.api_read_token.get_secret_value()]
+    if settings.api_token is not None:
+        tokens.append(settings.api_token.get_secret_value())
+    return bearer_guard(
+        "readToken",
+        "TRIBUTARY_API_READ_TOKEN (or the command token): required by the query routes.",
+        tokens,
+        "view queries",
+    )
 
 
 # -- commands ----------------------------------------------------------------------------
@@ -152,18 +229,45 @@ class CommandGateway:
             return self.bus.send(command, envelope.command_id)
         except ConcurrencyError as exc:
             return Rejected(envelope.command_id, f"gave up after retries: {exc}")
-        except StorageError:
+        except StorageError as exc:
+            if refused_as_data(exc):
+                raise UnstorableCommandError(
+                    f"the database cannot store this command: {reason_of(exc)}"
+                ) from exc
             raise
         except EventStoreError as exc:  # as the processor answers it
             return Rejected(envelope.command_id, str(exc))
 
 
+# SQLSTATE classes of what PostgreSQL refuses for the values a statement was given, not for
+# its own state: 22 data exception (NUL in text or jsonb, a number out of a column's range, ...)
+# and 54 program limit exceeded (a value too large for an index row, ...).
+DATA_SQLSTATE_CLASSES = ("22", "54")
+
+
+def refused_as_data(exc: StorageError) -> bool:
+    """Whether the database refused the command's values (the same command fails again,
+    whatever the database's state), not failed itself."""
+    return exc.sqlstate is not None and exc.sqlstate[:2] in DATA_SQLSTATE_CLASSES
+
+
 def read_envelope(body: bytes) -> CommandEnvelope:
     """The request body as a command envelope (a new ``command_id`` when it has none)."""
+    try:
+        return _read_envelope(body)
+    except RecursionError as exc:
+        raise MalformedCommandError("the body nests arrays or objects too deeply") from exc
+
+
+def _read_envelope(body: bytes) -> CommandEnvelope:
     try:
         parsed = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MalformedCommandError(f"the body is not JSON: {exc}") from exc
+    except ValueError as exc:  # json reads integers of at most sys.get_int_max_str_digits()
+        raise MalformedCommandError(
+            f"the body holds an integer of more than {sys.get_int_max_str_digits()} digits"
+        ) from exc
     if not isinstance(parsed, dict):
         raise MalformedCommandError(
             'the body must be a JSON object {"type": ..., "data": {...}, "command_id": ...}'
@@ -174,7 +278,16 @@ def read_envelope(body: bytes) -> CommandEnvelope:
         raise MalformedCommandError("type is missing (the command type, e.g. CreatePost)")
     if "data" not in parsed:
         raise MalformedCommandError("data is missing (the command's fields as a JSON object)")
-    return parse_envelope(json.dumps(parsed).encode())
+    try:
+        # JSON's \u escapes can spell lone UTF-16 surrogates, which are not text: neither
+        # UTF-8 nor PostgreSQL can hold them
+        envelope = json.dumps(parsed, ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end].encode("unicode_escape").decode()
+        raise MalformedCommandError(
+            f"the body holds a lone surrogate ({bad}): strings must be Unicode text"
+        ) from exc
+    return parse_envelope(envelope)
 
 
 def envelope_schema(registry: CommandRegistry) -> dict[str, Any]:
@@ -206,6 +319,8 @@ class Api:
     queries: dict[str, ViewQuery]
     commands: CommandGateway
     waiter: Waiter
+    command_guard: DependsParam | None = None
+    read_guard: DependsParam | None = None
 
 
 def create_app(
@@ -225,11 +340,19 @@ def create_app(
         from spark_streaming.views import configured_views
 
         views = configured_views(views_config(settings))
+    install_log_redaction()
+    register_secret(*settings.secret_values())  # also when built without validation
     view_list = list(views.values()) if isinstance(views, Mapping) else list(views)
     if waiter is None:
         waiter = LazyWaiter(lambda: default_waiter(view_list, settings))
     api = Api(
-        settings, view_list, declared_queries(view_list), CommandGateway(settings, bus), waiter
+        settings,
+        view_list,
+        declared_queries(view_list),
+        CommandGateway(settings, bus),
+        waiter,
+        command_guard(settings),
+        read_guard(settings),
     )
     app = FastAPI(
         title="Tributary",
@@ -254,7 +377,7 @@ def install_error_handlers(app: FastAPI) -> None:
         reason = str(exc.detail)
         if exc.status_code in (404, 405):
             reason = f"{reason}: {request.method} {request.url.path} (the routes are at /docs)"
-        return JSONResponse({"error": reason}, exc.status_code, headers=exc.headers)
+        return error(exc.status_code, reason, headers=exc.headers)
 
     async def store_down(request: Request, exc: Exception) -> JSONResponse:
         return error(503, reason_of(exc))
@@ -299,13 +422,15 @@ def add_command_route(app: FastAPI, api: Api) -> None:
             return error(422, exc.reason)
         try:
             result = await run_in_threadpool(api.commands.handle, envelope)
-        except (UnknownCommandTypeError, CommandDecodeError) as exc:
+        except (UnknownCommandTypeError, CommandDecodeError, UnstorableCommandError) as exc:
             return error(422, str(exc))
         except Exception as exc:
             if unavailable(exc):
                 return error(503, f"the command was not handled: {reason_of(exc)}")
             raise
         body = result.to_json()
+        if isinstance(body.get("reason"), str):  # a rejection may quote a driver's error
+            body["reason"] = redact(body["reason"])
         token = body.get("position_token")
         if wait_views and body.get("status") == "accepted" and isinstance(token, str):
             try:
@@ -328,13 +453,16 @@ def add_command_route(app: FastAPI, api: Api) -> None:
             "Runs the command through the command bus (the processor's: same handlers, "
             "snapshots and retries) and answers its result: 200 with status `accepted` or "
             "`rejected` (nothing stored), 422 for a malformed envelope, an unknown command "
-            "type or data the type cannot decode, 503 when the database fails. With "
+            "type, data the type cannot decode or data the database cannot store (a NUL "
+            "character, an integer beyond bigint), 503 when the database fails. With "
             "`wait_views=true` it answers once every view applied the result's "
             "`position_token` (504 naming the lagging views, with the result, if not in time)."
         ),
         tags=["commands"],
+        dependencies=[] if api.command_guard is None else [api.command_guard],
         responses={
             200: {"description": "The command's result (`status` says which)."},
+            **({} if api.command_guard is None else AUTH_RESPONSES),
             **ERROR_RESPONSES,
             504: {"model": LaggingBody, "description": "Accepted, but views lag (see result)."},
         },
@@ -384,7 +512,8 @@ def add_health_route(app: FastAPI, api: Api) -> None:
         if failing:
             reason = f"failing checks: {', '.join(failing)}"
             return JSONResponse(
-                {"status": "unavailable", "error": reason, "checks": checks}, status_code=503
+                redact_data({"status": "unavailable", "error": reason, "checks": checks}),
+                status_code=503,
             )
         return JSONResponse({"status": "ok", "checks": checks})
 
@@ -467,5 +596,8 @@ def add_query_route(app: FastAPI, api: Api, entry: ViewQuery) -> None:
         description=f"{description}\n\nView `{entry.view.name}` ({entry.view.store.kind}); "
         f"`tributary query {entry.name}` runs the same query.",
         tags=[f"view {entry.view.name}"],
-        responses=QUERY_RESPONSES,
+        dependencies=[] if api.read_guard is None else [api.read_guard],
+        responses=QUERY_RESPONSES
+        if api.read_guard is None
+        else {**AUTH_RESPONSES, **QUERY_RESPONSES},
     )

@@ -7,10 +7,11 @@ small config objects built here (:meth:`Settings.kafka`, ...), never the setting
 """
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -20,11 +21,17 @@ from pydantic_settings import (
 )
 
 from connectors.debezium import DebeziumPostgresConfig
-from connectors.kafka.config import KafkaConfig
+from connectors.kafka.config import KafkaConfig, is_secret_property
 from connectors.postgres import PostgresConfig
+from tributary.redact import redact, register_secret, url_password
 
 CONFIG_FILE_ENV = "TRIBUTARY_CONFIG_FILE"
 DEFAULT_CONFIG_FILE = "tributary.toml"
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+# Properties every Kafka client gets from the settings, not from TRIBUTARY_KAFKA_EXTRA.
+_OWN_KAFKA_PROPERTIES = frozenset({"bootstrap.servers", "client.id"})
 
 
 class Settings(BaseSettings):
@@ -58,6 +65,12 @@ class Settings(BaseSettings):
         None, description="SQLAlchemy URL of an existing PostgreSQL (postgresql+psycopg://...)."
     )
     redis_url: str | None = Field(None, description="URL of an existing Redis (redis://...).")
+    views_read_url: str | None = Field(
+        None,
+        description="PostgreSQL URL of a read-only role (see `tributary grant-read-role`) the"
+        " serving side (HTTP API, tributary query) reads the views' tables through (default:"
+        " the main URL).",
+    )
     spark_master: str = Field("local[2]", description="Spark master URL.")
 
     postgres_wal_budget_mb: int = Field(
@@ -90,12 +103,156 @@ class Settings(BaseSettings):
         "event_store.events",
         description="The event store's table: its rows go to events.<stream_type> in Avro.",
     )
+    cdc_schema_wait_s: float = Field(
+        60.0, description="How long CDC waits at start for the event store's tables."
+    )
     event_topic_prefix: str = Field(
         "events.", description="The event store's events go to <prefix><stream_type>."
     )
     cdc_replica_identity_full: Annotated[tuple[str, ...], NoDecode] = Field(
         (), description="Tables set to REPLICA IDENTITY FULL (full before-images)."
     )
+
+    # Security of an existing Kafka cluster: passed to every Kafka client (librdkafka names).
+    kafka_security_protocol: SecurityProtocol | None = Field(
+        None, description="security.protocol of every Kafka client (default: PLAINTEXT)."
+    )
+    kafka_sasl_mechanism: SaslMechanism | None = Field(None, description="sasl.mechanism.")
+    kafka_sasl_username: str | None = Field(None, description="sasl.username.")
+    kafka_sasl_password: SecretStr | None = Field(None, description="sasl.password.")
+    kafka_ssl_ca_location: str | None = Field(
+        None, description="ssl.ca.location: CA certificate(s) (PEM) that verify the brokers."
+    )
+    kafka_ssl_certificate_location: str | None = Field(
+        None, description="ssl.certificate.location: the client's certificate (PEM, mutual TLS)."
+    )
+    kafka_ssl_key_location: str | None = Field(
+        None, description="ssl.key.location: the client's private key (PEM, mutual TLS)."
+    )
+    kafka_ssl_key_password: SecretStr | None = Field(
+        None, description="ssl.key.password: passphrase of the client's private key."
+    )
+    kafka_extra: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="More librdkafka properties for every Kafka client, comma-separated"
+        " key=value (e.g. sasl.oauthbearer.method=oidc,socket.timeout.ms=30000).",
+    )
+
+    # Who may do what (the HTTP API).
+    api_token: SecretStr | None = Field(
+        None, description="Bearer token POST /commands requires (unset: commands are open)."
+    )
+    api_read_token: SecretStr | None = Field(
+        None,
+        description="Bearer token the GET query routes require (unset: reads are open);"
+        " /health and /docs stay open, and the command token also reads.",
+    )
+
+    @field_validator("api_token", "api_read_token", "kafka_sasl_password", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator("kafka_extra", mode="before")
+    @classmethod
+    def _key_values(cls, value: object) -> object:
+        if isinstance(value, str):
+            pairs: dict[str, str] = {}
+            for item in value.split(","):
+                if not item.strip():
+                    continue
+                key, equals, setting = item.partition("=")
+                if not equals or not key.strip():
+                    raise ValueError(  # the item itself is not quoted: it may hold a secret
+                        "each item must be key=value (comma-separated librdkafka properties,"
+                        " e.g. socket.timeout.ms=30000)"
+                    )
+                pairs[key.strip()] = setting.strip()
+            value = pairs
+        if isinstance(value, dict):
+            own = sorted(_OWN_KAFKA_PROPERTIES & set(value))
+            if own:
+                raise ValueError(
+                    f"{', '.join(own)} cannot be set here: use TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS"
+                    " (the client id is chosen per client)"
+                )
+            return {str(k): str(v) for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _check_kafka_security(self) -> "Settings":
+        register_secret(*self.secret_values())  # first: masked even if a check below fails
+        protocol = self.kafka_security_protocol
+        sasl = {
+            "TRIBUTARY_KAFKA_SASL_MECHANISM": self.kafka_sasl_mechanism,
+            "TRIBUTARY_KAFKA_SASL_USERNAME": self.kafka_sasl_username,
+            "TRIBUTARY_KAFKA_SASL_PASSWORD": self.kafka_sasl_password,
+        }
+        ssl = {
+            "TRIBUTARY_KAFKA_SSL_CA_LOCATION": self.kafka_ssl_ca_location,
+            "TRIBUTARY_KAFKA_SSL_CERTIFICATE_LOCATION": self.kafka_ssl_certificate_location,
+            "TRIBUTARY_KAFKA_SSL_KEY_LOCATION": self.kafka_ssl_key_location,
+            "TRIBUTARY_KAFKA_SSL_KEY_PASSWORD": self.kafka_ssl_key_password,
+        }
+        given_sasl = [name for name, value in sasl.items() if value is not None]
+        given_ssl = [name for name, value in ssl.items() if value is not None]
+        if given_sasl and protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
+            raise ValueError(
+                f"{', '.join(given_sasl)} need TRIBUTARY_KAFKA_SECURITY_PROTOCOL=SASL_SSL"
+                " (or SASL_PLAINTEXT)"
+            )
+        if given_ssl and protocol not in ("SSL", "SASL_SSL"):
+            raise ValueError(
+                f"{', '.join(given_ssl)} need TRIBUTARY_KAFKA_SECURITY_PROTOCOL=SSL or SASL_SSL"
+            )
+        mechanism_given = self.kafka_sasl_mechanism is not None or bool(
+            {"sasl.mechanism", "sasl.mechanisms"} & self.kafka_extra.keys()
+        )
+        if protocol in ("SASL_PLAINTEXT", "SASL_SSL") and not mechanism_given:
+            raise ValueError(
+                f"TRIBUTARY_KAFKA_SECURITY_PROTOCOL={protocol} needs"
+                " TRIBUTARY_KAFKA_SASL_MECHANISM (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
+            )
+        if self.kafka_sasl_mechanism is not None and (
+            self.kafka_sasl_username is None or self.kafka_sasl_password is None
+        ):
+            raise ValueError(
+                f"TRIBUTARY_KAFKA_SASL_MECHANISM={self.kafka_sasl_mechanism} needs"
+                " TRIBUTARY_KAFKA_SASL_USERNAME and TRIBUTARY_KAFKA_SASL_PASSWORD"
+            )
+        clash = sorted(self.kafka_extra.keys() & self._typed_kafka_properties().keys())
+        if clash:
+            raise ValueError(
+                f"TRIBUTARY_KAFKA_EXTRA sets {', '.join(clash)}, which a TRIBUTARY_KAFKA_* setting"
+                " already sets: keep one"
+            )
+        return self
+
+    def secret_values(self) -> list[str]:
+        """Every password and token in the settings (masked wherever Tributary prints)."""
+        values = [
+            url_password(self.postgres_url),
+            url_password(self.views_read_url),
+            url_password(self.redis_url),
+            *(
+                secret.get_secret_value()
+                for secret in (
+                    self.api_token,
+                    self.api_read_token,
+                    self.kafka_sasl_password,
+                    self.kafka_ssl_key_password,
+                )
+                if secret is not None
+            ),
+            *(value for key, value in self.kafka_extra.items() if is_secret_property(key)),
+        ]
+        return [v for v in values if v]
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, redact(value) if isinstance(value, str) else value
 
     @field_validator("cdc_tables", "cdc_replica_identity_full", mode="before")
     @classmethod
@@ -139,11 +296,45 @@ class Settings(BaseSettings):
     def cache_url(self) -> str:
         return self.redis_url or f"redis://127.0.0.1:{self.redis_port}/0"
 
+    @property
+    def views_read_database_url(self) -> str:
+        """Where the serving side reads the views' tables (the read-only role's URL)."""
+        return self.views_read_url or self.database_url
+
+    def _typed_kafka_properties(self) -> dict[str, str]:
+        secret = {
+            "sasl.password": self.kafka_sasl_password,
+            "ssl.key.password": self.kafka_ssl_key_password,
+        }
+        plain = {
+            "security.protocol": self.kafka_security_protocol,
+            "sasl.mechanism": self.kafka_sasl_mechanism,
+            "sasl.username": self.kafka_sasl_username,
+            "ssl.ca.location": self.kafka_ssl_ca_location,
+            "ssl.certificate.location": self.kafka_ssl_certificate_location,
+            "ssl.key.location": self.kafka_ssl_key_location,
+        }
+        props = {k: v for k, v in plain.items() if v is not None}
+        props.update({k: v.get_secret_value() for k, v in secret.items() if v is not None})
+        return props
+
+    def kafka_properties(self) -> dict[str, str]:
+        """The librdkafka properties (security and TRIBUTARY_KAFKA_EXTRA) every client gets."""
+        return {**self._typed_kafka_properties(), **self.kafka_extra}
+
     def kafka(self, client_id: str = "tributary") -> KafkaConfig:
-        return KafkaConfig(bootstrap_servers=self.bootstrap_servers, client_id=client_id)
+        return KafkaConfig(
+            bootstrap_servers=self.bootstrap_servers,
+            client_id=client_id,
+            extra=self.kafka_properties(),
+        )
 
     def postgres(self) -> PostgresConfig:
         return PostgresConfig(url=self.database_url)
+
+    def views_read_postgres(self) -> PostgresConfig:
+        """The read-only role's PostgreSQL (the main one unless TRIBUTARY_VIEWS_READ_URL)."""
+        return PostgresConfig(url=self.views_read_database_url)
 
     @property
     def cdc_state_dir(self) -> Path:
@@ -159,6 +350,7 @@ class Settings(BaseSettings):
             heartbeat_interval_ms=self.cdc_heartbeat_ms,
             outbox_table=self.cdc_outbox_table or None,
             event_topic_prefix=self.event_topic_prefix,
+            schema_wait_s=self.cdc_schema_wait_s,
             offsets_file=(self.cdc_state_dir / f"{self.cdc_connector_name}.offsets").resolve(),
         )
 
@@ -207,6 +399,9 @@ class Settings(BaseSettings):
         description="View factories (module:function, comma-separated) whose views run beside"
         " the mirrors.",
     )
+    verify_interval_s: float = Field(
+        300.0, description="How often `tributary run` runs verify (0: never)."
+    )
     api_host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
     api_port: int = Field(18080, description="Port of the HTTP API (tributary serve).")
     index_dir: Path | None = Field(
@@ -218,3 +413,15 @@ class Settings(BaseSettings):
 def load_settings(**overrides: object) -> Settings:
     """Read the settings (environment, file, defaults), with explicit overrides on top."""
     return Settings(**overrides)  # type: ignore[arg-type]
+
+
+def settings_problems(exc: ValidationError) -> str:
+    """What is wrong with the settings, one problem per line, naming the variables and never
+    quoting a value (pydantic's own message quotes the inputs, passwords included)."""
+    lines = []
+    for problem in exc.errors(include_input=False, include_url=False):
+        names = [str(part) for part in problem.get("loc", ()) if isinstance(part, str)]
+        where = f"TRIBUTARY_{names[0].upper()}" if names else "settings"
+        message = str(problem.get("msg", "invalid")).removeprefix("Value error, ")
+        lines.append(f"{where}: {redact(message)}")
+    return "; ".join(lines) or "invalid settings"

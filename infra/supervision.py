@@ -56,7 +56,11 @@ class Supervisor:
         self._stable_after_s = stable_after_s
 
     def _start(self, child: Child) -> None:
-        child.process = spawn(self._argv_for(child.name), self._log_dir / f"run-{child.name}.log")
+        child.process = spawn(
+            self._argv_for(child.name),
+            self._log_dir / f"run-{child.name}.log",
+            die_with_parent=True,  # a kill -9 of the supervisor takes its children with it
+        )
         child.started_at = time.monotonic()
         self._announce(f"{child.name}: started (pid {child.process.pid})")
 

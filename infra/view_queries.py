@@ -28,6 +28,7 @@ from infra.errors import (
 )
 from infra.settings import Settings
 from projections.view import Query, QueryParam, View
+from tributary.redact import redact
 
 # Parameters every query route takes besides its own, and paths the HTTP API keeps for itself.
 MIN_POSITION = "min_position"
@@ -338,14 +339,15 @@ def unavailable(exc: BaseException) -> bool:
 
 
 def reason_of(exc: BaseException) -> str:
-    """A one-line reason: the driver's message for SQLAlchemy errors, the text otherwise."""
+    """A one-line reason: the driver's message for SQLAlchemy errors, the text otherwise;
+    passwords and tokens masked (drivers can echo a connection string)."""
     if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.orig is not None:
         exc = exc.orig
     if isinstance(exc, LookupError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
         text = exc.args[0]  # KeyError's str() would quote it
     else:
         text = str(exc)
-    text = " ".join(text.split())
+    text = redact(" ".join(text.split()))
     return text or type(exc).__name__
 
 

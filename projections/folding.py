@@ -100,26 +100,29 @@ def parse_json(values: pa.Array, schema: pa.Schema) -> tuple[pa.Table | None, di
     """Parse each non-null value as a JSON object with ``schema`` (other fields ignored).
 
     Returns the parsed rows aligned with ``values`` (nulls where a value is null or bad) and the
-    reason per bad row index. The fast path parses all values in one call; only when that fails
-    is each value parsed alone to find the bad ones.
+    reason per bad row index. The fast path parses all values in one ``pyarrow.json`` call; it
+    is taken only when every value is one object on one line (``pyarrow.json`` crashes on some
+    other inputs, e.g. a bare ``null``). Otherwise each value is checked in Python first, and
+    only the well-formed ones reach ``pyarrow.json``.
     """
     options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     present = pc.is_valid(values).to_numpy(zero_copy_only=False)
     if not present.any():
         return None, {}
-    try:
-        parsed = pj.read_json(io.BytesIO(json_lines(values)), parse_options=options)
-        if parsed.num_rows == int(present.sum()):  # else a blank value vanished: slow path
-            return _align(parsed, present, schema), {}
-    except (pa.ArrowInvalid, UnicodeDecodeError):
-        pass
+    if _plain_objects(values):
+        try:
+            parsed = pj.read_json(io.BytesIO(json_lines(values)), parse_options=options)
+            if parsed.num_rows == int(present.sum()):
+                return _align(parsed, present, schema), {}
+        except (pa.ArrowInvalid, UnicodeDecodeError):
+            pass
     bad: dict[int, str] = {}
     good = present.copy()
     raw = values.to_pylist()
     for index, value in enumerate(raw):
         if value is None:
             continue
-        problem = _json_problem(value, options)
+        problem = shape_problem(value, schema)
         if problem is not None:
             bad[index] = problem
             good[index] = False
@@ -132,27 +135,70 @@ def parse_json(values: pa.Array, schema: pa.Schema) -> tuple[pa.Table | None, di
     return _align(parsed, good, schema), bad
 
 
-def _json_problem(value: bytes, options: Any) -> str | None:
+def _plain_objects(values: pa.Array) -> bool:
+    """Whether every non-null value starts with ``{``, ends with ``}`` and has no line break."""
+    present = values.filter(pc.is_valid(values)) if values.null_count else values
+    if len(present) == 0:
+        return True
+    present = present.cast(pa.large_binary())
+    offsets = np.frombuffer(present.buffers()[1], dtype=np.int64)[
+        present.offset : present.offset + len(present) + 1
+    ]
+    if (np.diff(offsets) < 2).any():
+        return False
+    data = np.frombuffer(present.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
+    starts, ends = offsets[:-1] - offsets[0], offsets[1:] - offsets[0] - 1
+    return bool(
+        (data[starts] == ord("{")).all()
+        and (data[ends] == ord("}")).all()
+        and not (data == ord("\n")).any()
+        and not (data == ord("\r")).any()
+    )
+
+
+def shape_problem(value: bytes, schema: pa.Schema) -> str | None:
+    """Why ``value`` is not a JSON object whose fields fit ``schema`` (None: it fits)."""
     import json
 
-    if not value.strip():
-        return "is not JSON: empty value"
-    if b"\n" in value or b"\r" in value:
-        try:
-            json.loads(value)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            return f"is not JSON: {exc}"
-        value = value.replace(b"\r", b" ").replace(b"\n", b" ")
     try:
-        pj.read_json(io.BytesIO(value), parse_options=options)
-    except pa.ArrowInvalid as exc:
-        try:
-            parsed = json.loads(value)
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            return f"is not JSON: {err}"
-        if not isinstance(parsed, dict):
-            return "is not a JSON object"
-        return f"does not have the expected shape: {exc}"
+        parsed = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return f"is not JSON: {exc}" if value.strip() else "is not JSON: empty value"
+    if not isinstance(parsed, dict):
+        return "is not a JSON object"
+    for field in schema:
+        problem = _type_problem(parsed.get(field.name), field.type, field.name)
+        if problem is not None:
+            return f"does not have the expected shape: {problem}"
+    return None
+
+
+def _type_problem(value: Any, kind: pa.DataType, path: str) -> str | None:
+    if value is None:
+        return None
+    if pa.types.is_struct(kind):
+        if not isinstance(value, dict):
+            return f"{path} is not an object"
+        for child in kind:
+            problem = _type_problem(value.get(child.name), child.type, f"{path}.{child.name}")
+            if problem is not None:
+                return problem
+        return None
+    if pa.types.is_integer(kind):
+        ok = isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63
+        return None if ok else f"{path} is not an integer"
+    if pa.types.is_string(kind):
+        return None if isinstance(value, str) else f"{path} is not a string"
+    if pa.types.is_boolean(kind):
+        return None if isinstance(value, bool) else f"{path} is not a boolean"
+    if pa.types.is_list(kind):
+        if not isinstance(value, list):
+            return f"{path} is not a list"
+        for item in value:
+            problem = _type_problem(item, kind.value_type, f"{path}[]")
+            if problem is not None:
+                return problem
+        return None
     return None
 
 

@@ -21,8 +21,9 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
+from connectors.debezium import debezium_encoding
 from connectors.postgres import SourceColumn
-from connectors.stores.pg_tables import Encoding, TypedColumn, TypedTable
+from connectors.stores.pg_tables import TypedColumn, TypedTable
 from projections.folding import (
     emit,
     folded_batch,
@@ -207,29 +208,6 @@ def _changes_since(lists: pa.ListArray, since: np.ndarray) -> pa.ListArray:
 
 
 # -- the mirror's table, from the source's catalog ------------------------------------------
-
-
-def debezium_encoding(column: SourceColumn) -> Encoding:
-    """How Debezium's PostgreSQL connector writes this column's values in JSON (with
-    ``time.precision.mode=adaptive_time_microseconds``, ``decimal.handling.mode=string``,
-    ``interval.handling.mode=numeric``, ``binary.handling.mode=bytes``)."""
-    name = column.type_name
-    if column.category == "A":
-        return "json_array"
-    if name == "date":
-        return "epoch_days"
-    if name == "timestamp":
-        precision = 6 if column.precision is None else column.precision
-        return "epoch_millis" if precision <= 3 else "epoch_micros"
-    if name == "time":
-        return "micros_of_day"
-    if name == "interval":
-        return "micros_duration"
-    if name in ("json", "jsonb"):
-        return "json_text"
-    if name == "bytea":
-        return "base64"
-    return "json"
 
 
 def mirror_table(

@@ -41,19 +41,33 @@ class PartitionFold:
     executors import it: inside the project's Kafka source's read task (the records never
     reach the JVM), or as ``mapInArrow`` after Spark's own Kafka source.
 
-    Correct when every key lives in one partition, as in keyed Kafka topics.
+    Correct when every key lives in one partition, as in keyed Kafka topics. ``options``
+    (strings) reach the function as its second argument, e.g. a schema registry's URL.
     """
 
     path: str
+    options: tuple[tuple[str, str], ...] = ()
+
+    def function(self) -> FoldFunction:
+        """The function with its options bound."""
+        fold = load_fold(self.path)
+        if not self.options:
+            return fold
+        options = dict(self.options)
+
+        def bound(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            return fold(batches, options)  # type: ignore[call-arg]
+
+        return bound
 
     def __call__(self, records: Any) -> Any:
-        return records.mapInArrow(load_fold(self.path), FOLDED_DDL)
+        return records.mapInArrow(self.function(), FOLDED_DDL)
 
 
-def per_partition(path: str) -> PartitionFold:
-    """A per-partition fold by ``module:function``."""
+def per_partition(path: str, **options: str) -> PartitionFold:
+    """A per-partition fold by ``module:function`` (with string options for it)."""
     load_fold(path)  # fail early (here, on the driver) for a wrong name
-    return PartitionFold(path)
+    return PartitionFold(path, tuple(sorted(options.items())))
 
 
 Fold = PartitionFold | Transform
@@ -93,11 +107,15 @@ class View:
     """A view: its name, the topics it reads, its fold, the store that holds it, and the
     queries it serves.
 
+    ``verify`` compares the live view with what it must hold according to the source of truth
+    (`tributary verify`), returning readable differences (none: the view is right).
     ``also``: more stores that receive every batch (e.g. a Kafka topic for downstream teams
     beside the PostgreSQL tables services read); each keeps its own ledger. ``stateful``: the
     fold keeps state in Spark's checkpoint (windows, joins, pattern timers), so a lost
     checkpoint cannot be resumed from the store's offsets: the view is rebuilt from offset zero
-    into a shadow generation instead.
+    into a shadow generation instead. ``output_mode``: Spark's output mode of the query
+    (``update`` for aggregations that publish each changed window at once). ``metrics``:
+    counters the view reports (``tributary status``, ``GET /metrics``), e.g. late events.
     """
 
     name: str
@@ -109,6 +127,9 @@ class View:
     queries: tuple[Query, ...] = ()
     also: tuple[ViewStore, ...] = ()
     stateful: bool = False
+    output_mode: Literal["append", "update"] = "append"  # Spark's, for stateful folds
+    metrics: Callable[[], dict[str, int]] | None = None  # counters for status and /metrics
+    verify: Callable[[], list[str]] | None = None  # differences from the source of truth
 
     @property
     def stores(self) -> tuple[ViewStore, ...]:

@@ -35,6 +35,7 @@ class KafkaSourceOptions:
     fail_on_data_loss: bool = True
     poll_timeout_s: float = field(default=30.0)
     fold: str | None = None
+    fold_options: dict[str, str] = field(default_factory=dict)
     skip_below: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
@@ -82,6 +83,7 @@ class KafkaSourceOptions:
             fail_on_data_loss=fail == "true",
             poll_timeout_s=float(lowered.get("kafkaconsumer.polltimeoutms", "30000")) / 1000,
             fold=_fold(lowered.get("tributary.fold")),
+            fold_options=_fold_options(lowered.get("tributary.fold.options")),
             skip_below=_skip(lowered.get("tributary.skipbelow")),
         )
 
@@ -93,6 +95,18 @@ def _fold(raw: str | None) -> str | None:
     if not module or not function:
         raise SourceOptionError(f"tributary.fold must be module:function, got {raw!r}")
     return raw.strip()
+
+
+def _fold_options(raw: str | None) -> dict[str, str]:
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise SourceOptionError(f"tributary.fold.options must be a JSON object: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise SourceOptionError("tributary.fold.options must be a JSON object of strings")
+    return {str(k): str(v) for k, v in parsed.items()}
 
 
 def _skip(raw: str | None) -> dict[str, dict[str, int]]:

@@ -24,7 +24,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from projections.folding import FOLDED_SCHEMA
-from projections.view import load_fold
+from projections.view import PartitionFold
 from spark_streaming.kafka_offsets import (
     OffsetRange,
     Offsets,
@@ -181,4 +181,5 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.fold is None:
             return records
         # Each Kafka partition is folded alone: keys never span partitions.
-        return load_fold(self.options.fold)(records)
+        fold = PartitionFold(self.options.fold, tuple(sorted(self.options.fold_options.items())))
+        return fold.function()(records)

@@ -39,6 +39,7 @@ class ViewRunner:
         min_backoff_s: float = 1.0,
         max_backoff_s: float = 60.0,
         replay_options: JobOptions | None = None,
+        lease_for: Callable[[str], Any] | None = None,
     ) -> None:
         self.spark = spark
         self.kafka = kafka
@@ -47,11 +48,18 @@ class ViewRunner:
         self.min_backoff_s = min_backoff_s
         self.max_backoff_s = max_backoff_s
         self.replay_options = replay_options or options
+        # The lease a view holds while its query runs (e.g. connectors.leases.Lease): a view
+        # never runs twice, whatever starts a second copy.
+        self.lease_for = lease_for
+        self._leases: dict[str, Any] = {}
         self.views = [_Running(spec) for spec in specs]
 
     def _start(self, view: _Running) -> None:
         view.started_at = 0.0
         try:
+            name = view.spec.name
+            if self.lease_for is not None and name not in self._leases:
+                self._leases[name] = self.lease_for(f"view:{name}").acquire()
             view.job = ViewJob(self.spark, view.spec, self.kafka, self.options, log=self.log)
             try:
                 view.query = view.job.start()
@@ -98,4 +106,6 @@ class ViewRunner:
                     view.query.stop()
                 if view.job is not None:
                     view.job.close()
+            for lease in self._leases.values():
+                lease.release()
             self.log("views stopped")

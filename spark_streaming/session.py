@@ -7,6 +7,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+ROCKSDB_STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
 
 def spark_session(
     master: str = "local[2]",
@@ -37,6 +39,9 @@ def spark_session(
         .config("spark.pyspark.driver.python", sys.executable)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        # State of stateful views (windows, joins, transformWithState) in RocksDB, off-heap:
+        # transformWithState needs it, and large state does not weigh on the JVM heap.
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_STATE_STORE)
     )
     if local_dir is not None:
         os.makedirs(local_dir, exist_ok=True)

@@ -45,15 +45,18 @@ def records_stream(
 def folded_stream(
     spark: Any,
     options: dict[str, str],
-    fold: str,
+    fold: PartitionFold,
     skip_below: dict[str, dict[str, int]] | None = None,
 ) -> Any:
-    """Folded rows: Kafka records folded per partition by ``fold`` (``module:function``). On
-    the project's source the fold runs inside the read task, so records never travel through
-    the JVM; after Spark's own source it runs as ``mapInArrow``."""
+    """Folded rows: Kafka records folded per partition by ``fold``. On the project's source
+    the fold runs inside the read task, so records never travel through the JVM; after Spark's
+    own source it runs as ``mapInArrow``."""
     if has_spark_kafka_connector(spark):
-        return PartitionFold(fold)(records_stream(spark, options, skip_below))
-    return records_stream(spark, {**options, "tributary.fold": fold}, skip_below)
+        return fold(records_stream(spark, options, skip_below))
+    pushed = {**options, "tributary.fold": fold.path}
+    if fold.options:
+        pushed["tributary.fold.options"] = json.dumps(dict(fold.options))
+    return records_stream(spark, pushed, skip_below)
 
 
 def below_condition(skip_below: dict[str, dict[str, int]]) -> str | None:

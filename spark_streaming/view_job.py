@@ -191,11 +191,12 @@ class ViewJob:
         # which the re-run batch must rebuild (the stores then skip its output).
         skip = {} if self.view.stateful else resume
         if isinstance(self.view.fold, PartitionFold):
-            stream = folded_stream(self.spark, options, self.view.fold.path, skip)
+            stream = folded_stream(self.spark, options, self.view.fold, skip)
         else:
             stream = self.view.fold(records_stream(self.spark, options, skip))
         writer = (
             stream.writeStream.queryName(f"{self.view.name}.{self.generation}")
+            .outputMode(self.view.output_mode)
             .option("checkpointLocation", str(self.checkpoint))
             .foreachBatch(self.handle_batch)
         )
@@ -237,6 +238,10 @@ class ViewJob:
         """foreachBatch body: check the range against the stores, fold, dead-letter, apply."""
         start, end = self._range(batch_id)
         if all(covers(committed, end) for committed in self._committed):
+            if self.view.stateful:
+                # The stores have its output, but Spark keeps the fold's state only when the
+                # batch runs: run it (writing nothing) so the state moves to this batch.
+                batch.write.format("noop").mode("overwrite").save()
             self._report(batch_id, start, end, 0, 0, False, 0.0, 0.0)
             return
         for committed in self._committed:

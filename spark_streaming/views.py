@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.kafka import KafkaConfig
-from connectors.postgres import table_columns
+from connectors.postgres import compare_tables, table_columns
 from connectors.stores.postgres import PostgresStore
 from projections.mirror import mirror_table
 from projections.view import View, per_partition
@@ -27,7 +27,7 @@ class ViewsConfig:
     """Everything the view jobs need, built by ``infra`` from the settings."""
 
     kafka: KafkaConfig
-    postgres_dsn: str
+    postgres_dsn: str = field(repr=False)  # URLs may hold a password: never in a repr
     views_schema: str
     checkpoint_root: Path
     mirror_tables: tuple[str, ...] = ()
@@ -37,10 +37,21 @@ class ViewsConfig:
     replay_max_offsets_per_trigger: int | None = 500_000
     trigger_interval_s: float = 1.0
     spark_master: str = "local[2]"
-    source_dsn: str | None = None  # where the captured tables live (default: postgres_dsn)
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    # where the captured tables live (default: postgres_dsn)
+    source_dsn: str | None = field(default=None, repr=False)
+    # the views' read-only role, for queries (default: postgres_dsn)
+    read_dsn: str | None = field(default=None, repr=False)
+    redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
     index_root: Path = Path("indexes")
     view_factories: tuple[str, ...] = ()
+    event_store_schema: str = "event_store"
+    # Stream analytics: factories of analytics jobs (views too, run and replayed alike), the
+    # raw activity topic, the allowed lateness and the extra time Spark keeps state.
+    analytics_factories: tuple[str, ...] = ()
+    activity_topic: str = "activity"
+    analytics_topic_prefix: str = "analytics."
+    allowed_lateness_s: float = 300.0
+    lateness_slack_s: float = 600.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def job_options(self, *, replay: bool = False, **overrides: Any) -> JobOptions:
@@ -57,6 +68,11 @@ class ViewsConfig:
     @property
     def catalog_dsn(self) -> str:
         return self.source_dsn or self.postgres_dsn
+
+    @property
+    def query_dsn(self) -> str:
+        """Where PostgreSQL-backed view queries read (the read-only role when configured)."""
+        return self.read_dsn or self.postgres_dsn
 
 
 ViewFactory = Callable[[ViewsConfig], Sequence[View]]
@@ -84,12 +100,27 @@ def mirror_view(qualified: str, config: ViewsConfig) -> View:
     name = mirror_view_name(qualified)
     dsn = config.catalog_dsn
     layout = mirror_table(f"{schema}_{table}", lambda: table_columns(dsn, schema, table))
+
+    def verify() -> list[str]:
+        if config.catalog_dsn != config.postgres_dsn:
+            return []  # the source is in another database: the topic check covers it
+        columns = table_columns(dsn, schema, table)
+        found = compare_tables(
+            dsn,
+            (schema, table),
+            (config.views_schema, f"{schema}_{table}"),
+            [c.name for c in columns],
+            [c.name for c in columns if c.primary_key],
+        )
+        return [f"{name}: {n} {kind} rows" for kind, n in found.items() if n]
+
     return View(
         name=name,
         topics=(f"{config.topic_prefix}.{schema}.{table}",),
         fold=per_partition("projections.mirror:fold_changes"),
         store=PostgresStore(config.postgres_dsn, config.views_schema, name, [layout]),
         description=f"latest row per key of {qualified}",
+        verify=verify,
     )
 
 
@@ -108,9 +139,10 @@ def load_factory(path: str) -> ViewFactory:
 
 
 def configured_views(config: ViewsConfig) -> dict[str, View]:
-    """Every configured view by name: the mirrors, then each factory's views."""
+    """Every configured view by name: the mirrors, then each factory's views, then the
+    analytics jobs."""
     views = [mirror_view(t, config) for t in config.mirror_tables]
-    for path in config.view_factories:
+    for path in (*config.view_factories, *config.analytics_factories):
         views.extend(load_factory(path)(config))
     return {v.name: v for v in views}
 

@@ -66,7 +66,14 @@ class TopicAdmin:
     def __init__(self, config: KafkaConfig, timeout: float = 15.0) -> None:
         self._config = config
         self._timeout = timeout
-        self._admin = AdminClient(config.client_properties())
+        try:
+            self._admin = AdminClient(config.client_properties())
+        except KafkaException as exc:  # a property librdkafka refuses, a key it cannot load
+            raise _raise(
+                "cannot create a Kafka client (check TRIBUTARY_KAFKA_SECURITY_PROTOCOL and the"
+                " TRIBUTARY_KAFKA_SASL_* / TRIBUTARY_KAFKA_SSL_* / TRIBUTARY_KAFKA_EXTRA settings)",
+                exc,
+            ) from exc
 
     def topic_names(self) -> list[str]:
         try:

@@ -2,7 +2,7 @@
 
 from sqlalchemy import Table
 
-from event_store import CommandRegistry, CommandRejected, EventCodec, EventRegistry
+from event_store import CommandRegistry, CommandRejected, EventCodec, EventRegistry, Read
 from event_store import HandlerContext as Ctx
 from examples.social.follows import (
     FOLLOW_EVENTS,
@@ -17,10 +17,11 @@ from examples.social.posts import (
     CreatePost,
     DeletePost,
     EditPost,
+    LikePost,
     Post,
     post_stream,
 )
-from examples.social.users import user_exists, users_table
+from examples.social.users import user_exists_sql, users_table
 
 
 def social_registry(users: Table | None = None) -> CommandRegistry:
@@ -29,13 +30,24 @@ def social_registry(users: Table | None = None) -> CommandRegistry:
     codec = EventCodec(EventRegistry([*POST_EVENTS, *FOLLOW_EVENTS]), POST_UPCASTERS)
     registry = CommandRegistry(codec)
 
-    def require_user(ctx: Ctx, user_id: int, role: str) -> None:
-        if not user_exists(ctx.connection, users, user_id):
+    exists = user_exists_sql(users)
+
+    def user(user_id: int) -> Read:
+        return Read(exists, {"user_id": user_id})
+
+    def require_user(ctx: Ctx, read: str, user_id: int, role: str) -> None:
+        # The users-table check rode along with the load (the route's reads): no round trip.
+        if ctx.reads[read] is None:
             raise CommandRejected(f"unknown {role}: no user {user_id}")
 
-    @registry.handler(CreatePost, Post, stream=lambda c: post_stream(c.post_id))
+    @registry.handler(
+        CreatePost,
+        Post,
+        stream=lambda c: post_stream(c.post_id),
+        reads=lambda c: {"author": user(c.author_id)},
+    )
     def create_post(post: Post, c: CreatePost, ctx: Ctx) -> None:
-        require_user(ctx, c.author_id, "author")
+        require_user(ctx, "author", c.author_id, "author")
         post.create(c.post_id, c.author_id, c.text, ctx.now)
 
     @registry.handler(EditPost, Post, stream=lambda c: post_stream(c.post_id))
@@ -46,11 +58,26 @@ def social_registry(users: Table | None = None) -> CommandRegistry:
     def delete_post(post: Post, c: DeletePost, ctx: Ctx) -> None:
         post.delete(c.post_id, ctx.now)
 
-    @registry.handler(FollowUser, Following, stream=lambda c: follows_stream(c.follower_id))
+    @registry.handler(
+        LikePost,
+        Post,
+        stream=lambda c: post_stream(c.post_id),
+        reads=lambda c: {"liker": user(c.user_id)},
+    )
+    def like_post(post: Post, c: LikePost, ctx: Ctx) -> None:
+        require_user(ctx, "liker", c.user_id, "user")
+        post.like(c.post_id, c.user_id, ctx.now)
+
+    @registry.handler(
+        FollowUser,
+        Following,
+        stream=lambda c: follows_stream(c.follower_id),
+        reads=lambda c: {"follower": user(c.follower_id), "followee": user(c.followee_id)},
+    )
     def follow(following: Following, c: FollowUser, ctx: Ctx) -> None:
         if c.follower_id != c.followee_id:
-            require_user(ctx, c.follower_id, "follower")
-            require_user(ctx, c.followee_id, "followee")
+            require_user(ctx, "follower", c.follower_id, "follower")
+            require_user(ctx, "followee", c.followee_id, "followee")
         following.follow(c.follower_id, c.followee_id, ctx.now)
 
     @registry.handler(UnfollowUser, Following, stream=lambda c: follows_stream(c.follower_id))

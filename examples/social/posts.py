@@ -1,4 +1,5 @@
-"""Posts, event-sourced: created, edited, deleted. Every event carries hashtags and creation time.
+"""Posts, event-sourced: created, edited, deleted, liked. Every event but a like carries hashtags
+and creation time; a like names the post's author, the user who liked it and when.
 
 An early release stored ``PostPublished`` v1 (no hashtags, ``published_at``); the upcaster in
 :data:`POST_UPCASTERS` turns it into today's ``PostCreated`` v2 on read, so the old rows
@@ -49,6 +50,12 @@ class DeletePost(Command):
     post_id: int
 
 
+@dataclass(frozen=True)
+class LikePost(Command):
+    post_id: int
+    user_id: int
+
+
 # -- events -----------------------------------------------------------------------------
 
 
@@ -80,7 +87,15 @@ class PostDeleted(Event, name="PostDeleted"):
     deleted_at: datetime
 
 
-POST_EVENTS: list[type[Event]] = [PostCreated, PostEdited, PostDeleted]
+@dataclass(frozen=True)
+class PostLiked(Event, name="PostLiked"):
+    post_id: int
+    author_id: int
+    user_id: int  # who liked it
+    liked_at: datetime
+
+
+POST_EVENTS: list[type[Event]] = [PostCreated, PostEdited, PostDeleted, PostLiked]
 
 
 def _published_v1_to_created_v2(data: JsonObject) -> JsonObject:
@@ -108,12 +123,14 @@ class PostState:
     text: str = ""
     hashtags: tuple[str, ...] = ()
     created_at: datetime | None = None
+    likers: frozenset[int] = frozenset()
 
 
 class Post(Aggregate[PostState]):
     """One post's stream, ``post-<post_id>``."""
 
     stream_type = "post"
+    snapshot_version = 2  # 2: PostState.likers
 
     @classmethod
     def initial_state(cls) -> PostState:
@@ -130,6 +147,8 @@ class Post(Aggregate[PostState]):
                 return replace(state, text=event.text, hashtags=event.hashtags)
             case PostDeleted():
                 return replace(state, deleted=True)
+            case PostLiked():
+                return replace(state, likers=state.likers | {event.user_id})
         return state
 
     def create(self, post_id: int, author_id: int, text: str, now: datetime) -> None:
@@ -148,6 +167,12 @@ class Post(Aggregate[PostState]):
         created_at = self._live(post_id, "delete")
         s = self.state
         self.record(PostDeleted(post_id, s.author_id, s.hashtags, created_at, now))
+
+    def like(self, post_id: int, user_id: int, now: datetime) -> None:
+        self._live(post_id, "like")
+        if user_id in self.state.likers:
+            raise CommandRejected(f"user {user_id} already likes post {post_id}")
+        self.record(PostLiked(post_id, self.state.author_id, user_id, now))
 
     def _live(self, post_id: int, verb: str) -> datetime:
         if not self.state.created or self.state.created_at is None:

@@ -1,6 +1,7 @@
 """Users: a plain CRUD table (no event sourcing), captured by CDC like any table."""
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -8,13 +9,16 @@ from sqlalchemy import (
     Connection,
     DateTime,
     MetaData,
+    Select,
     Table,
     Text,
+    bindparam,
     func,
+    literal_column,
     select,
     text,
 )
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.dialects.postgresql import insert, psycopg
 
 
 def users_table(schema: str | None = None) -> Table:
@@ -67,3 +71,11 @@ def upsert_user(
 
 def user_exists(connection: Connection, table: Table, user_id: int) -> bool:
     return connection.execute(select(table.c.id).where(table.c.id == user_id)).first() is not None
+
+
+def user_exists_sql(table: Table) -> str:
+    """``user_exists`` as SQL for the driver (``HandlerContext.query_one``), parameter
+    ``%(user_id)s``: the handlers run it on every post and follow."""
+    statement: Select[Any] = select(literal_column("1")).where(table.c.id == bindparam("user_id"))
+    dialect = psycopg.dialect()  # type: ignore[no-untyped-call]
+    return str(statement.compile(dialect=dialect))

@@ -6,6 +6,7 @@ the PID we recorded, never looked up by name.
 """
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -95,15 +96,32 @@ class PidFile:
         self.path.unlink(missing_ok=True)
 
 
+_PR_SET_PDEATHSIG = 1
+
+
 def spawn(
     argv: Sequence[str],
     log_path: Path,
     env: Mapping[str, str] | None = None,
     user: str | None = None,
     cwd: Path | None = None,
+    die_with_parent: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """Start a detached process (own session) with stdout and stderr appended to a log file."""
+    """Start a detached process (own session) with stdout and stderr appended to a log file.
+
+    ``die_with_parent``: the kernel sends the process SIGTERM when its parent dies, even by
+    ``kill -9`` (``PR_SET_PDEATHSIG``), so a supervisor's children never outlive it; a
+    service of the local stack is meant to outlive the command that started it.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    parent = os.getpid()
+
+    def end_with_parent() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the line above
+            os._exit(1)
+
     with open(log_path, "ab") as log:
         return subprocess.Popen(
             list(argv),
@@ -114,6 +132,7 @@ def spawn(
             user=user,
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=end_with_parent if die_with_parent else None,
         )
 
 

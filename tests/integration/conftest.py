@@ -10,10 +10,13 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
+from cdc.slots import drop_publication, drop_slot
 from connectors.kafka import KafkaConfig
+from connectors.postgres import PostgresConfig
 from infra.settings import Settings, load_settings
 from infra.stack import LocalStack
 from tests.stackenv import isolated_settings
@@ -80,3 +83,26 @@ def stack() -> Iterator[Endpoints]:
 def unique() -> str:
     """A short unique suffix for topic, table and slot names."""
     return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def connector_factory(stack: Endpoints, tmp_path: Path, unique: str) -> Iterator[object]:
+    """Makes real connectors (`tributary run cdc` processes); stops them and drops their
+    slots and publications after the test."""
+    from tests.integration.cdc_process import CdcProcess
+
+    made: list[CdcProcess] = []
+
+    def make(tables: list[str], **extra: str) -> CdcProcess:
+        proc = CdcProcess(
+            stack, tmp_path / f"cdc-{len(made)}", f"t{unique}_{len(made)}", tables, **extra
+        )
+        made.append(proc)
+        return proc
+
+    yield make
+    db = PostgresConfig(stack.database_url)
+    for proc in made:
+        proc.stop()
+        drop_slot(db, f"tributary_{proc.name}")
+        drop_publication(db, f"tributary_{proc.name}")

@@ -4,6 +4,9 @@ timeline (PostgreSQL), built from the posts and follows events and the users tab
 ``TRIBUTARY_VIEWS=examples.social.views:social_views`` runs them beside the mirrors.
 """
 
+from dataclasses import replace
+
+from examples.social.views.checks import check_profiles, check_search, check_timelines
 from examples.social.views.profile import profile_view
 from examples.social.views.search import search_view
 from examples.social.views.timeline import timeline_view
@@ -18,8 +21,17 @@ def social_views(config: ViewsConfig) -> list[View]:
     users = f"{config.topic_prefix}.public.users"
     posts = f"{config.event_topic_prefix}post"
     follows = f"{config.event_topic_prefix}follows"
+    source, events = config.catalog_dsn, config.event_store_schema
+    search = search_view(config.index_root, (posts, users))
+    profile = profile_view(config.redis_url, (users, follows, posts))
+    timeline = timeline_view(
+        config.postgres_dsn, config.views_schema, (posts, follows), read_dsn=config.read_dsn
+    )
     return [
-        search_view(config.index_root, (posts, users)),
-        profile_view(config.redis_url, (users, follows, posts)),
-        timeline_view(config.postgres_dsn, config.views_schema, (posts, follows)),
+        replace(search, verify=check_search(search, source, events)),
+        replace(profile, verify=check_profiles(profile, source, events)),
+        replace(
+            timeline,
+            verify=check_timelines(timeline, config.postgres_dsn, config.views_schema, events),
+        ),
     ]

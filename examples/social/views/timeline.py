@@ -104,7 +104,17 @@ def rebuild_timelines(txn: StoreTxn, applied: Sequence[Applied]) -> None:
     )
 
 
-def timeline_view(dsn: str, schema: str, topics: tuple[str, ...], name: str = NAME) -> View:
+def timeline_view(
+    dsn: str,
+    schema: str,
+    topics: tuple[str, ...],
+    name: str = NAME,
+    *,
+    read_dsn: str | None = None,
+) -> View:
+    """The timeline view: its store writes through ``dsn``; its query reads through
+    ``read_dsn`` (the views' read-only role; default ``dsn``)."""
+    query_dsn = read_dsn or dsn
     store = PostgresStore(
         dsn,
         schema,
@@ -119,7 +129,7 @@ def timeline_view(dsn: str, schema: str, topics: tuple[str, ...], name: str = NA
 
     def timeline(user_id: int, limit: int = 20) -> list[dict[str, Any]]:
         try:
-            with psycopg.connect(dsn, connect_timeout=5) as conn:
+            with psycopg.connect(query_dsn, connect_timeout=5) as conn:
                 found = conn.execute(
                     sql.SQL(
                         "SELECT post_id, author_id, text, hashtags, created_at, edited_at"
@@ -130,6 +140,11 @@ def timeline_view(dsn: str, schema: str, topics: tuple[str, ...], name: str = NA
                 ).fetchall()
         except psycopg.errors.UndefinedTable:
             return []
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise StoreUnavailableError(
+                f"timeline store: the read role cannot read {schema}.timeline ({exc}); run"
+                f" `tributary grant-read-role ROLE` for the role of TRIBUTARY_VIEWS_READ_URL"
+            ) from exc
         except psycopg.OperationalError as exc:
             raise StoreUnavailableError(f"timeline store unreachable: {exc}") from exc
         return [

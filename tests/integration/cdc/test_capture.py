@@ -11,7 +11,8 @@ import psycopg
 from cdc.slots import drop_publication, drop_slot, slot_info
 from connectors.kafka import TopicAdmin, history_topic
 from connectors.postgres import PostgresConfig
-from tests.integration.cdc.conftest import CdcProcess, changes_on, sql, topic_length
+from tests.integration.cdc.conftest import changes_on, sql, topic_length
+from tests.integration.cdc_process import CdcProcess
 from tests.integration.conftest import Endpoints
 from tests.integration.kafka_reading import read_topic, wait_until
 

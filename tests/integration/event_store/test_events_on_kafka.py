@@ -11,7 +11,7 @@ from connectors.avro import SCHEMAS_TOPIC, SchemaCatalog
 from connectors.kafka import TopicAdmin
 from event_store.command import Accepted
 from event_store.command_topic import CommandClient, CommandProcessor, CommandTopics, ensure_topics
-from tests.integration.cdc.conftest import CdcProcess, connector_factory  # noqa: F401
+from tests.integration.cdc_process import CdcProcess
 from tests.integration.conftest import Endpoints
 from tests.integration.event_store.conftest import StoreEnv
 from tests.integration.kafka_reading import read_topic, wait_until
@@ -23,7 +23,7 @@ def test_a_command_on_kafka_yields_its_result_and_its_events_via_cdc(
     stack: Endpoints,
     unique: str,
     env: StoreEnv,
-    connector_factory: Factory,  # noqa: F811
+    connector_factory: Factory,
 ) -> None:
     topics = CommandTopics(commands=f"commands-{unique}", results=f"command-results-{unique}")
     ensure_topics(stack.kafka, topics)

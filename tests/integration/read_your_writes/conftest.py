@@ -6,11 +6,10 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from tests.integration.cdc.conftest import connector_factory
 from tests.integration.conftest import Endpoints
 from tests.integration.event_store.conftest import env
 
-__all__ = ["connector_factory", "env", "views_schema"]
+__all__ = ["env", "views_schema"]
 
 
 @pytest.fixture

@@ -49,7 +49,9 @@ def test_the_connector_records_each_streams_latest_topic_partition_and_offset(
     follow = _send(bus, "FollowUser", follower_id=3, followee_id=4)
     latest = {r.stream_id: r for r in (edited, other, follow)}
 
-    connector = connector_factory([f"{env.schema}.events"], cdc_outbox_table=f"{env.schema}.events")
+    connector = connector_factory(
+        [f"{env.schema}.events"], cdc_outbox_table=f"{env.schema}.events", cdc_schema_wait_s="2"
+    )
     connector.start()  # the snapshot reads these events ('r'), then streaming goes on
 
     def recorded(results: dict[str, Accepted]) -> bool:
@@ -151,7 +153,9 @@ def test_the_connector_refuses_to_start_without_the_table(
 ) -> None:
     with env.admin.begin() as conn:
         conn.exec_driver_sql(f"DROP TABLE {env.schema}.published_streams")
-    connector = connector_factory([f"{env.schema}.events"], cdc_outbox_table=f"{env.schema}.events")
+    connector = connector_factory(
+        [f"{env.schema}.events"], cdc_outbox_table=f"{env.schema}.events", cdc_schema_wait_s="2"
+    )
     connector.start()
     assert connector.wait_exit(120) == 1
     assert "published_streams does not exist" in connector.output()

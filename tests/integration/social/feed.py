@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from cdc.outbox import EventOutbox
 from connectors.kafka import KafkaConfig, TopicAdmin, history_topic, state_topic
 from examples.social import hashtags
-from tests.integration.social.reference import SocialState
+from examples.social.views.reference import SocialState
 
 Record = tuple[str, bytes, bytes | None, list[tuple[str, bytes]]]
 WORDS = ["kafka", "spark", "debezium", "stream", "table", "join", "window", "lambda", "ledger"]

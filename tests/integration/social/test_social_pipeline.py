@@ -26,6 +26,12 @@ from cdc.slots import drop_publication, drop_slot
 from connectors.postgres import PostgresConfig, make_engine
 from event_store import Accepted, create_schema
 from examples.social import prepare_database, upsert_user, users_table
+from examples.social.views.reference import (
+    SocialState,
+    expected_profiles,
+    expected_search,
+    expected_timelines,
+)
 from infra.cli_events import command_bus, load_registry
 from infra.cli_views import views_config
 from infra.http_api import create_app
@@ -34,12 +40,6 @@ from spark_streaming.views import configured_views
 from tests.integration.cdc_process import CdcProcess
 from tests.integration.conftest import Endpoints
 from tests.integration.pipeline.views_process import ViewsProcess
-from tests.integration.social.reference import (
-    SocialState,
-    expected_profiles,
-    expected_search,
-    expected_timelines,
-)
 
 REDIS_DB = 7
 

@@ -12,17 +12,17 @@ import psycopg
 import pytest
 
 from examples.social.views import profile_view, search_view, timeline_view
-from projections.view import View
-from spark_streaming.replay import replay
-from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
-from tests.integration.conftest import Endpoints
-from tests.integration.social.feed import SocialFeed
-from tests.integration.social.reference import (
+from examples.social.views.reference import (
     expected_profiles,
     expected_search,
     expected_timelines,
     timelines_by_sql,
 )
+from projections.view import View
+from spark_streaming.replay import replay
+from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
+from tests.integration.conftest import Endpoints
+from tests.integration.social.feed import SocialFeed
 
 
 @dataclass

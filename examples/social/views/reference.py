@@ -1,9 +1,9 @@
-"""What the social views must hold, computed independently from the source of truth.
+"""What the social views must hold, computed from the source of truth without any of the
+views' code: the users table and the event store give the users, the live posts and the
+current follow edges; the expected profiles, search documents and timelines are plain
+computations over those (the timeline also as the SQL join of follows and posts).
 
-The source of truth is the users table and the event store (or, for hand-fed tests, the
-generator's own model of them): the live posts, the current follow edges, the users. The
-views are compared with these plain computations - the home timeline with the SQL join of
-current follows and live posts.
+`tributary verify` compares the live views with these, and so do the tests.
 """
 
 from collections.abc import Iterable
@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from examples.social.views.timeline import LENGTH
 
@@ -93,4 +94,45 @@ def timelines_by_sql(
     out: dict[int, list[int]] = {}
     for follower, post_id in rows:
         out.setdefault(int(follower), []).append(int(post_id))
+    return out
+
+
+def source_of_truth(dsn: str, event_store_schema: str = "event_store") -> SocialState:
+    """Users from the CRUD table; live posts and follow edges folded from the event store."""
+    state = SocialState()
+    with psycopg.connect(dsn) as conn:
+        for user_id, handle, name, bio in conn.execute(
+            "SELECT id, handle, display_name, bio FROM public.users"
+        ).fetchall():
+            state.users[int(user_id)] = {"handle": handle, "display_name": name, "bio": bio}
+        events = conn.execute(
+            sql.SQL(
+                "SELECT event_type, schema_version, data FROM {} ORDER BY stream_id, version"
+            ).format(sql.Identifier(event_store_schema, "events"))
+        ).fetchall()
+    for event_type, schema_version, data in events:
+        if event_type == "PostPublished" and schema_version == 1:  # the v1 shape, upcast
+            event_type = "PostCreated"
+            data = {**data, "created_at": data["published_at"], "hashtags": []}
+        if event_type in ("PostCreated", "PostEdited"):
+            state.posts[int(data["post_id"])] = {**data, "edited_at": data.get("edited_at")}
+        elif event_type == "PostDeleted":
+            state.posts.pop(int(data["post_id"]), None)
+        elif event_type == "UserFollowed":
+            state.follows.add((int(data["follower_id"]), int(data["followee_id"])))
+        elif event_type == "UserUnfollowed":
+            state.follows.discard((int(data["follower_id"]), int(data["followee_id"])))
+    return state
+
+
+def differences(name: str, expected: dict[Any, Any], actual: dict[Any, Any]) -> list[str]:
+    """Readable differences between two keyed states (at most a few of each kind)."""
+    out: list[str] = []
+    missing = [k for k in expected if k not in actual]
+    extra = [k for k in actual if k not in expected]
+    wrong = [k for k in expected if k in actual and expected[k] != actual[k]]
+    for label, keys in (("missing", missing), ("unexpected", extra), ("different", wrong)):
+        if keys:
+            shown = ", ".join(str(k) for k in sorted(keys, key=str)[:5])
+            out.append(f"{name}: {len(keys)} {label} ({shown}{', ...' if len(keys) > 5 else ''})")
     return out
