@@ -71,9 +71,8 @@ def build(spec: StoreSpec) -> ViewStore:
 
         return TantivyStore(Path(spec.root), spec.view, COLLECTIONS, materializer)
     if spec.kind == "kafka":
-        from connectors.stores.kafka import KafkaStore
-
         from connectors.kafka import KafkaConfig
+        from connectors.stores.kafka import KafkaStore
 
         kafka = KafkaConfig(spec.bootstrap_servers, client_id="contract")
         return KafkaStore(kafka, spec.view, COLLECTIONS, materializer)
