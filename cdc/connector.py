@@ -23,7 +23,7 @@ from cdc.routing import ChangeRouter
 from cdc.signals import ensure_signal_table
 from cdc.slots import drop_slot, slot_info
 from cdc.status import ConnectorStatus, StatusFile
-from connectors.avro import SCHEMAS_TOPIC
+from connectors.avro import FINGERPRINTS_TOPIC
 from connectors.debezium import DebeziumPostgresConfig
 from connectors.kafka.config import KafkaConfig
 from connectors.kafka.topics import TopicSpec, history_topic, state_topic
@@ -50,7 +50,7 @@ def topic_spec_for(
     def spec(topic: str) -> TopicSpec:
         if topic.startswith(event_prefix):
             return history_topic(topic, partitions)
-        if topic == SCHEMAS_TOPIC:
+        if topic == FINGERPRINTS_TOPIC:
             return state_topic(topic, 1)
         return state_topic(topic, partitions)
 

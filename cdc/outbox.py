@@ -2,9 +2,9 @@
 ``events.<stream_type>``, so events reach Kafka through the database, never by a dual write.
 
 Each event is Avro single-object encoded with :data:`EVENT_SCHEMA`, whose canonical form is
-published once (per connector run) to the compacted ``_schemas`` topic, keyed by fingerprint,
-before the first event that uses it. Key = stream id; headers: event type, event id, version
-(the per-stream position sinks guard on) and the LSN.
+published once (per connector run) to the compacted ``_tributary_fingerprints`` topic, keyed
+by fingerprint, before the first event that uses it. Key = stream id; headers: event type,
+event id, version (the per-stream position sinks guard on) and the LSN.
 """
 
 import json
@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from cdc.publisher import LSN_HEADER, HeaderList, OutgoingChange, StreamVersion
-from connectors.avro import SCHEMAS_TOPIC, AvroSchema
+from connectors.avro import FINGERPRINTS_TOPIC, AvroSchema
 
 EVENT_TOPIC_PREFIX = "events."
 
@@ -77,7 +77,10 @@ class EventOutbox:
         if not self._schema_published:
             out.append(
                 OutgoingChange(
-                    SCHEMAS_TOPIC, EVENT_SCHEMA.key.encode(), EVENT_SCHEMA.document.encode(), []
+                    FINGERPRINTS_TOPIC,
+                    EVENT_SCHEMA.key.encode(),
+                    EVENT_SCHEMA.document.encode(),
+                    [],
                 )
             )
             self._schema_published = True

@@ -1,10 +1,12 @@
-"""Avro single-object encoding (fastavro) and the ``_schemas`` topic that names every schema.
+"""Avro single-object encoding (fastavro) and the ``_tributary_fingerprints`` topic that names
+every schema.
 
 A single-object encoded value is ``C3 01`` + the schema's CRC-64-AVRO fingerprint (8 bytes,
 little-endian) + the Avro binary body. Readers find the writer's schema by fingerprint in
-``_schemas``: a compacted topic, key = the fingerprint (of the parsing canonical form) as 16
-hex digits, value = the full schema JSON (logical types and docs kept, which the canonical form
-drops). Any Avro library that implements the spec can decode these values.
+``_tributary_fingerprints``: a compacted topic, key = the fingerprint (of the parsing canonical
+form) as 16 hex digits, value = the full schema JSON (logical types and docs kept, which the
+canonical form drops). Any Avro library that implements the spec can decode these values. (The
+schema registry's ``_schemas`` topic, in Confluent's format, is another topic.)
 """
 
 import io
@@ -19,7 +21,7 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from connectors.errors import ConnectorError
 
 MAGIC = b"\xc3\x01"
-SCHEMAS_TOPIC = "_schemas"
+FINGERPRINTS_TOPIC = "_tributary_fingerprints"
 
 
 class AvroDecodeError(ConnectorError):
@@ -42,7 +44,8 @@ class AvroSchema:
 
     @property
     def key(self) -> str:
-        """The ``_schemas`` key: the fingerprint in hex (as the spec prints it, big-endian)."""
+        """The fingerprints topic's key: the fingerprint in hex (as the spec prints it,
+        big-endian)."""
         return self.fingerprint[::-1].hex()
 
     @classmethod
@@ -67,7 +70,8 @@ def fingerprint_of(value: bytes) -> bytes:
 
 
 class SchemaCatalog:
-    """Schemas by fingerprint, filled from ``_schemas`` records (or registered directly)."""
+    """Schemas by fingerprint, filled from ``_tributary_fingerprints`` records (or registered
+    directly)."""
 
     def __init__(self) -> None:
         self._by_fingerprint: dict[bytes, AvroSchema] = {}
@@ -76,13 +80,13 @@ class SchemaCatalog:
         self._by_fingerprint[schema.fingerprint] = schema
 
     def add_record(self, key: bytes | None, value: bytes | None) -> None:
-        """Take one ``_schemas`` record (key = hex fingerprint, value = schema JSON)."""
+        """Take one fingerprints record (key = hex fingerprint, value = schema JSON)."""
         if value is None:
             return
         schema = AvroSchema.of(json.loads(value))
         if key is not None and key.decode() != schema.key:
             raise AvroDecodeError(
-                f"_schemas record {key!r} does not match its schema's fingerprint"
+                f"{FINGERPRINTS_TOPIC} record {key!r} does not match its schema's fingerprint"
             )
         self.register(schema)
 
@@ -91,7 +95,8 @@ class SchemaCatalog:
         schema = self._by_fingerprint.get(fp)
         if schema is None:
             raise AvroDecodeError(
-                f"unknown schema fingerprint {fp[::-1].hex()}: read it from {SCHEMAS_TOPIC} first"
+                f"unknown schema fingerprint {fp[::-1].hex()}:"
+                f" read it from {FINGERPRINTS_TOPIC} first"
             )
         record = schemaless_reader(io.BytesIO(value[10:]), schema.parsed, None)
         if not isinstance(record, dict):

@@ -5,6 +5,7 @@ from infra import (  # noqa: F401  (each module registers its commands)
     cli_events,
     cli_query,
     cli_run,
+    cli_schemas,
     cli_serve,
     cli_stack,
     cli_verify,

@@ -18,7 +18,8 @@ from tributary.redact import redact_data
 
 @app.command()
 def up() -> None:
-    """Start the local stack (PostgreSQL, object store + broker, Redis); idempotent."""
+    """Start the local stack (PostgreSQL, object store + broker, Redis, schema registry);
+    idempotent."""
     stack = LocalStack(settings())
     started = time.monotonic()
     try:

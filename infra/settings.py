@@ -50,6 +50,9 @@ class Settings(BaseSettings):
         18340,
         description="First of 7 consecutive ports SeaweedFS uses inside (master, volume, filer).",
     )
+    schema_registry_port: int = Field(
+        18081, description="Local schema registry (Confluent REST API) port."
+    )
 
     # Binaries.
     postgres_bin_dir: Path = Field(
@@ -65,6 +68,16 @@ class Settings(BaseSettings):
         None, description="SQLAlchemy URL of an existing PostgreSQL (postgresql+psycopg://...)."
     )
     redis_url: str | None = Field(None, description="URL of an existing Redis (redis://...).")
+    schema_registry_url: str | None = Field(
+        None,
+        description="URL of an existing schema registry speaking Confluent's REST API"
+        " (Confluent, Karapace, Apicurio, Redpanda); when set, `tributary up` starts none.",
+    )
+    schema_registry_topic: str = Field(
+        "_schemas",
+        description="Compacted topic the local schema registry stores its schemas in"
+        " (Confluent's record format).",
+    )
     views_read_url: str | None = Field(
         None,
         description="PostgreSQL URL of a read-only role (see `tributary grant-read-role`) the"
@@ -236,6 +249,7 @@ class Settings(BaseSettings):
             url_password(self.postgres_url),
             url_password(self.views_read_url),
             url_password(self.redis_url),
+            url_password(self.schema_registry_url),
             *(
                 secret.get_secret_value()
                 for secret in (
@@ -295,6 +309,13 @@ class Settings(BaseSettings):
     @property
     def cache_url(self) -> str:
         return self.redis_url or f"redis://127.0.0.1:{self.redis_port}/0"
+
+    @property
+    def registry_url(self) -> str:
+        """Where the schema registry answers (the local one unless
+        TRIBUTARY_SCHEMA_REGISTRY_URL)."""
+        local = f"http://127.0.0.1:{self.schema_registry_port}"
+        return (self.schema_registry_url or local).rstrip("/")
 
     @property
     def views_read_database_url(self) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 from infra.settings import Settings, load_settings
 from tests.ports import free_port_block
 
-STACK_PORTS = 11  # postgres, redis, broker, s3, then 7 internal object-store ports
+STACK_PORTS = 12  # postgres, redis, broker, s3, 7 internal object-store ports, registry
 
 
 def isolated_settings(prefix: str = "tributary-test-", **overrides: object) -> Settings:
@@ -23,9 +23,11 @@ def isolated_settings(prefix: str = "tributary-test-", **overrides: object) -> S
         "broker_port": base + 2,
         "objectstore_port": base + 3,
         "objectstore_internal_port": base + 4,
+        "schema_registry_port": base + 11,
         "kafka_bootstrap_servers": None,
         "postgres_url": None,
         "redis_url": None,
+        "schema_registry_url": None,
     }
     values.update(overrides)
     return load_settings(**values)
@@ -41,4 +43,5 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "TRIBUTARY_BROKER_PORT": str(settings.broker_port),
         "TRIBUTARY_OBJECTSTORE_PORT": str(settings.objectstore_port),
         "TRIBUTARY_OBJECTSTORE_INTERNAL_PORT": str(settings.objectstore_internal_port),
+        "TRIBUTARY_SCHEMA_REGISTRY_PORT": str(settings.schema_registry_port),
     }

@@ -15,7 +15,10 @@ from infra.stack.cache import RedisService
 from infra.stack.objectstore import ObjectStoreService
 from infra.stack.postgres import PostgresService
 from infra.stack.process import port_is_free
+from infra.stack.registry import NAME as REGISTRY
+from infra.stack.registry import SchemaRegistryService, registry_answers
 from infra.stack.service import Service
+from tributary.redact import redact_url
 
 
 @dataclass(frozen=True)
@@ -46,10 +49,23 @@ class LocalStack:
             self.home, settings.objectstore_port, settings.objectstore_internal_port
         )
         self.broker = BrokerService(self.home, settings.broker_port, self.objectstore)
+        # With TRIBUTARY_SCHEMA_REGISTRY_URL set, that registry is used and none is started.
+        self.registry = (
+            SchemaRegistryService(
+                self.home,
+                settings.schema_registry_port,
+                settings.bootstrap_servers,
+                settings.schema_registry_topic,
+            )
+            if settings.schema_registry_url is None
+            else None
+        )
 
     @property
     def services(self) -> list[Service]:
-        return [self.postgres, self.redis, self.objectstore, self.broker]
+        """The processes the stack runs; the registry last (it needs the broker)."""
+        own: list[Service] = [self.postgres, self.redis, self.objectstore, self.broker]
+        return own if self.registry is None else [*own, self.registry]
 
     def service(self, name: str) -> Service:
         for svc in self.services:
@@ -63,11 +79,17 @@ class LocalStack:
             pid = svc.pid()
             up = pid is not None and svc.ready()
             out.append(ComponentStatus(svc.name, "up" if up else "down", svc.endpoint(), pid))
+        if self.registry is None and self.settings.schema_registry_url is not None:
+            url = self.settings.schema_registry_url
+            state: Literal["up", "down"] = "up" if registry_answers(url) else "down"
+            out.append(ComponentStatus(REGISTRY, state, redact_url(url), None))
         return out
 
     def up(self, names: Iterable[str] | None = None) -> list[ComponentStatus]:
         """Start whatever is not running; check every port and binary before starting any."""
         wanted = self.services if names is None else [self.service(n) for n in names]
+        if self.registry in wanted and self.broker not in wanted:
+            wanted.insert(wanted.index(self.registry), self.broker)
         if self.broker in wanted and self.objectstore not in wanted:
             wanted.insert(wanted.index(self.broker), self.objectstore)
         todo = [svc for svc in wanted if svc.pid() is None]
@@ -75,7 +97,8 @@ class LocalStack:
         self.home.mkdir(parents=True, exist_ok=True)
         started: list[Service] = []
         try:
-            first = [s for s in todo if s is not self.broker]
+            after_broker: list[Service] = [s for s in todo if s is self.registry]
+            first = [s for s in todo if s is not self.broker and s not in after_broker]
             procs = {svc.name: svc.start() for svc in first}
             started += first
             with ThreadPoolExecutor(max_workers=max(1, len(first))) as pool:
@@ -89,6 +112,10 @@ class LocalStack:
                 proc = self.broker.start()
                 started.append(self.broker)
                 self.broker.wait_ready(proc, self.settings.start_timeout_s)
+            for late in after_broker:
+                proc = late.start()
+                started.append(late)
+                late.wait_ready(proc, self.settings.start_timeout_s)
         except BaseException:
             for svc in reversed(started):
                 svc.stop()

@@ -1,13 +1,13 @@
 """End to end: a command on the `commands` topic -> its result on `command-results` -> its
 events on `events.<stream_type>` through CDC of the events table (no dual write), Avro-decoded
-with the schema found in `_schemas`."""
+with the schema found in `_tributary_fingerprints`."""
 
 import json
 import threading
 from collections.abc import Callable
 
 from cdc.outbox import EVENT_SCHEMA
-from connectors.avro import SCHEMAS_TOPIC, SchemaCatalog
+from connectors.avro import FINGERPRINTS_TOPIC, SchemaCatalog
 from connectors.kafka import TopicAdmin
 from event_store.command import Accepted
 from event_store.command_topic import CommandClient, CommandProcessor, CommandTopics, ensure_topics
@@ -66,7 +66,7 @@ def test_a_command_on_kafka_yields_its_result_and_its_events_via_cdc(
     wait_until(lambda: len(published()) >= len(event_ids), 120, "the events on events.post", 1)
     records = published()
     catalog = SchemaCatalog()
-    for record in read_topic(stack.kafka, SCHEMAS_TOPIC):
+    for record in read_topic(stack.kafka, FINGERPRINTS_TOPIC):
         catalog.add_record(record.key, record.value)
     decoded = [catalog.decode(value or b"") for _, value, _ in records]
 
@@ -81,7 +81,7 @@ def test_a_command_on_kafka_yields_its_result_and_its_events_via_cdc(
     admin = TopicAdmin(stack.kafka)
     configs = admin.configs("events.post")
     assert configs["cleanup.policy"] == "delete" and configs["retention.ms"] == "-1"
-    assert admin.configs(SCHEMAS_TOPIC)["cleanup.policy"] == "compact"
-    schema_keys = {r.key for r in read_topic(stack.kafka, SCHEMAS_TOPIC)}
+    assert admin.configs(FINGERPRINTS_TOPIC)["cleanup.policy"] == "compact"
+    schema_keys = {r.key for r in read_topic(stack.kafka, FINGERPRINTS_TOPIC)}
     assert EVENT_SCHEMA.key.encode() in schema_keys
     assert f"cdc.{env.schema}.events" not in admin.topic_names()  # routed, not mirrored raw

@@ -30,7 +30,7 @@ def _row_change(op: str = "c", version: int = 1) -> str:
 def test_an_event_row_becomes_an_avro_event_with_its_schema_published_once() -> None:
     outbox = EventOutbox()
     schema_record, event = outbox.route(_row_change(), b"99")
-    assert schema_record.topic == "_schemas"
+    assert schema_record.topic == "_tributary_fingerprints"
     assert schema_record.key == EVENT_SCHEMA.key.encode()
     assert event.topic == "events.post" and event.key == b"post-7"
     assert event.value is not None and event.value[:2] == MAGIC
@@ -63,7 +63,7 @@ def test_decoding_needs_the_marker_and_a_known_schema() -> None:
     with pytest.raises(AvroDecodeError, match="marker"):
         catalog.decode(b"plain json")
     [_, event] = EventOutbox().route(_row_change(), b"1")
-    with pytest.raises(AvroDecodeError, match="_schemas"):
+    with pytest.raises(AvroDecodeError, match="_tributary_fingerprints"):
         catalog.decode(event.value or b"")
 
 

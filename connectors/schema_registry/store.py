@@ -1,0 +1,180 @@
+"""The registry's store: its compacted topic (one partition), read by a thread into the state.
+
+At start the reader reads the topic from offset 0; a NOOP record marks where "now" is, so
+catching up never depends on ListOffsets (which some Kafka-protocol brokers under-report):
+the store produces the marker, takes its offset from the delivery report and waits until the
+reader has passed it. Writes are produced by an idempotent producer (acks=all) and return
+once the reader has applied them, so every instance on the topic folds the same records in
+the same order.
+"""
+
+import logging
+import threading
+import time
+import uuid
+
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError as RdKafkaError
+
+from connectors.kafka.admin import TopicAdmin
+from connectors.kafka.config import ClientValue, KafkaConfig
+from connectors.kafka.topics import state_topic
+from connectors.schema_registry.errors import RegistryStoreError, RegistryTimeoutError
+from connectors.schema_registry.records import NOOP_KEY, RegistryState
+from connectors.schema_registry.registry import SchemaRegistry
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOPIC = "_schemas"
+
+
+class KafkaSchemaLog:
+    """The topic as the registry's :class:`~connectors.schema_registry.registry.SchemaLog`."""
+
+    def __init__(
+        self,
+        kafka: KafkaConfig,
+        state: RegistryState,
+        topic: str = DEFAULT_TOPIC,
+        timeout: float = 30.0,
+    ) -> None:
+        self.kafka = kafka
+        self.state = state
+        self.topic = topic
+        self.timeout = timeout
+        self._applied = 0  # the next offset the reader will apply
+        self._progress = threading.Condition()
+        self._stop = threading.Event()
+        self._failure: str | None = None
+        self._thread: threading.Thread | None = None
+        self._producer: Producer | None = None
+
+    def start(self) -> None:
+        """Create the topic if needed, start the reader and catch up with the topic's end."""
+        admin = TopicAdmin(self.kafka)
+        admin.ensure(state_topic(self.topic, 1))
+        partitions = admin.partition_count(self.topic)
+        if partitions != 1:
+            raise RegistryStoreError(
+                f"topic {self.topic} has {partitions} partitions; the registry's store needs"
+                " exactly one (choose another topic with TRIBUTARY_SCHEMA_REGISTRY_TOPIC)"
+            )
+        producer: dict[str, ClientValue] = {
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 0,
+        }
+        self._producer = Producer(self.kafka.client_properties(**producer))
+        self._thread = threading.Thread(target=self._read, name="schema-registry-reader")
+        self._thread.daemon = True
+        self._thread.start()
+        self.sync()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._producer is not None:
+            self._producer.flush(5)
+            self._producer = None  # librdkafka's threads end with the object
+
+    @property
+    def applied_offset(self) -> int:
+        return self._applied
+
+    # -- SchemaLog ------------------------------------------------------------------------
+
+    def append(self, key: bytes, value: bytes | None) -> None:
+        self._wait_applied(self._produce(key, value))
+
+    def sync(self) -> None:
+        self._wait_applied(self._produce(NOOP_KEY, None))
+
+    # -- inside ---------------------------------------------------------------------------
+
+    def _produce(self, key: bytes, value: bytes | None) -> int:
+        if self._producer is None:
+            raise RegistryStoreError("the schema store is not started")
+        outcome: dict[str, Message | RdKafkaError | None] = {}
+
+        def delivered(err: RdKafkaError | None, msg: Message) -> None:
+            outcome["error"] = err
+            outcome["message"] = msg
+
+        self._producer.produce(self.topic, value=value, key=key, partition=0, on_delivery=delivered)
+        self._producer.flush(self.timeout)
+        error, message = outcome.get("error"), outcome.get("message")
+        if isinstance(error, RdKafkaError):
+            raise RegistryStoreError(f"writing to {self.topic} failed: {error.str()}")
+        if not isinstance(message, Message) or message.offset() is None:
+            raise RegistryTimeoutError(
+                f"writing to {self.topic} was not acknowledged in {self.timeout:.0f}s:"
+                " is Kafka reachable?"
+            )
+        return int(message.offset() or 0)
+
+    def _wait_applied(self, offset: int) -> None:
+        deadline = time.monotonic() + self.timeout
+        with self._progress:
+            while self._applied <= offset:
+                if self._failure is not None:
+                    raise RegistryStoreError(f"reading {self.topic} failed: {self._failure}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RegistryTimeoutError(
+                        f"the registry did not read {self.topic} up to offset {offset} in"
+                        f" {self.timeout:.0f}s (read up to {self._applied})"
+                    )
+                self._progress.wait(min(left, 0.5))
+
+    def _read(self) -> None:
+        props: dict[str, ClientValue] = {
+            "group.id": f"tributary-schema-registry-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 10,
+        }
+        consumer = Consumer(self.kafka.client_properties(**props))
+        consumer.assign([TopicPartition(self.topic, 0, 0)])
+        try:
+            while not self._stop.is_set():
+                for msg in consumer.consume(500, timeout=0.2):
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() != RdKafkaError._PARTITION_EOF:
+                            log.warning("reading %s: %s", self.topic, err.str())
+                            if err.fatal():
+                                self._fail(err.str())
+                                return
+                        continue
+                    self._fold(msg)
+        except Exception as exc:  # the reader must never die silently: writers wait on it
+            log.exception("the schema registry's reader stopped")
+            self._fail(str(exc))
+        finally:
+            consumer.close()
+
+    def _fold(self, msg: Message) -> None:
+        offset = int(msg.offset() or 0)
+        try:
+            self.state.apply(msg.key(), msg.value())
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("skipping malformed record at %s[0]@%d: %s", self.topic, offset, exc)
+        with self._progress:
+            self._applied = max(self._applied, offset + 1)
+            self._progress.notify_all()
+
+    def _fail(self, reason: str) -> None:
+        with self._progress:
+            self._failure = reason
+            self._progress.notify_all()
+
+
+def open_registry(
+    kafka: KafkaConfig, topic: str = DEFAULT_TOPIC, timeout: float = 30.0
+) -> tuple[SchemaRegistry, KafkaSchemaLog]:
+    """A registry on ``topic``, caught up with it (close the log when done)."""
+    state = RegistryState()
+    store = KafkaSchemaLog(kafka, state, topic, timeout)
+    store.start()
+    return SchemaRegistry(state, store), store

@@ -1,0 +1,59 @@
+"""The schema registry (Confluent REST API) of the local stack: ``tributary schemas serve`` as
+a process of its own, storing its schemas on the broker's compacted ``_schemas`` topic."""
+
+import sys
+from pathlib import Path
+
+import httpx
+
+from infra.stack.service import Service
+
+NAME = "schema-registry"
+
+
+class SchemaRegistryService(Service):
+    name = NAME
+    stop_timeout = 15.0
+
+    def __init__(self, home: Path, port: int, bootstrap_servers: str, topic: str) -> None:
+        super().__init__(home)
+        self.port = port
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+
+    def ports(self) -> dict[int, str]:
+        return {self.port: "TRIBUTARY_SCHEMA_REGISTRY_PORT"}
+
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def binaries(self) -> list[Path | str]:
+        return [sys.executable]
+
+    def argv(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "infra.cli",
+            "schemas",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--bootstrap-servers",
+            self.bootstrap_servers,
+            "--topic",
+            self.topic,
+        ]
+
+    def ready(self) -> bool:
+        return registry_answers(self.endpoint())
+
+
+def registry_answers(url: str) -> bool:
+    """True when a registry at ``url`` answers ``GET /subjects``."""
+    try:
+        return httpx.get(f"{url.rstrip('/')}/subjects", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
