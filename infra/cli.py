@@ -1,6 +1,7 @@
 """The ``tributary`` command line: the app plus every command module that registers on it."""
 
 from infra import (  # noqa: F401  (each module registers its commands)
+    cli_analytics,
     cli_cdc,
     cli_events,
     cli_query,

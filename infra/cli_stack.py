@@ -114,10 +114,12 @@ def runtime_rows(s: Settings) -> list[dict[str, object]]:
                     "endpoint": f"{view.store} ({view.generation or 'not run yet'})",
                     "pid": None,
                     "position": f"batch {view.batch_id}",
-                    "detail": f"lag {view.lag}, offsets {view.offsets}",
+                    "detail": f"lag {view.lag}, offsets {view.offsets}"
+                    + "".join(f", {k} {v}" for k, v in (view.metrics or {}).items()),
                     "batch_id": view.batch_id,
                     "offsets": view.offsets,
                     "lag": view.lag,
+                    "metrics": view.metrics,
                 }
             )
     except Exception as exc:

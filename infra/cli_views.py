@@ -48,6 +48,11 @@ def views_config(s: Settings) -> ViewsConfig:
         index_root=(s.index_dir or s.home / "indexes").resolve(),
         view_factories=tuple(f.strip() for f in s.views.split(",") if f.strip()),
         event_store_schema=s.event_store_schema,
+        analytics_factories=tuple(f.strip() for f in s.analytics.split(",") if f.strip()),
+        activity_topic=s.activity_topic,
+        analytics_topic_prefix=s.analytics_topic_prefix,
+        allowed_lateness_s=s.allowed_lateness_s,
+        lateness_slack_s=s.lateness_slack_s,
     )
 
 
@@ -157,7 +162,7 @@ def views_command(as_json: JsonFlag = False) -> None:
     if as_json:
         sys.stdout.write(json.dumps(redact_data([st.as_dict() for st in statuses])) + "\n")
         return
-    table = Table("view", "store", "generation", "batch", "offsets", "lag")
+    table = Table("view", "store", "generation", "batch", "offsets", "lag", "metrics")
     for st in statuses:
         table.add_row(
             st.view,
@@ -166,6 +171,7 @@ def views_command(as_json: JsonFlag = False) -> None:
             str(st.batch_id),
             json.dumps(st.offsets),
             str(st.lag),
+            " ".join(f"{k}={v}" for k, v in (st.metrics or {}).items()) or "-",
         )
     console.print(table)
 

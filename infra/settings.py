@@ -420,6 +420,30 @@ class Settings(BaseSettings):
         description="View factories (module:function, comma-separated) whose views run beside"
         " the mirrors.",
     )
+    analytics: str = Field(
+        "",
+        description="Analytics job factories (module:function, comma-separated) run beside the"
+        " views, e.g. examples.social.analytics:social_analytics (none by default: each job is a"
+        " stateful Spark query).",
+    )
+    activity_topic: str = Field(
+        "activity", description="Topic of the raw activity stream (key = session id)."
+    )
+    analytics_topic_prefix: str = Field(
+        "analytics.", description="Prefix of the topics the analytics jobs publish to."
+    )
+    allowed_lateness_s: float = Field(
+        300.0,
+        ge=0,
+        description="Allowed lateness of analytics records (receive time minus corrected event"
+        " time); later ones are counted in each job's `late` collection, not in windows.",
+    )
+    lateness_slack_s: float = Field(
+        600.0,
+        ge=0,
+        description="How long beyond the allowed lateness Spark keeps analytics state (the"
+        " watermark delay is lateness + slack).",
+    )
     verify_interval_s: float = Field(
         300.0, description="How often `tributary run` runs verify (0: never)."
     )

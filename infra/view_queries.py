@@ -28,14 +28,22 @@ from infra.errors import (
 )
 from infra.settings import Settings
 from projections.view import Query, QueryParam, View
-from tributary.redact import redact
+from tributary.redact import redact, registered_secrets
 
 # Parameters every query route takes besides its own, and paths the HTTP API keeps for itself.
 MIN_POSITION = "min_position"
 TIMEOUT = "timeout"
 RESERVED_PARAMS = frozenset({MIN_POSITION, TIMEOUT})
 RESERVED_PATHS = frozenset(
-    {"/commands", "/health", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
+    {
+        "/commands",
+        "/health",
+        "/metrics",
+        "/docs",
+        "/docs/oauth2-redirect",
+        "/redoc",
+        "/openapi.json",
+    }
 )
 
 Value = int | str
@@ -77,10 +85,11 @@ class ViewQuery:
     def usage(self) -> str:
         words = [f"tributary query {self.name}"]
         words += [p.name.upper() for p in self.params if is_required(p)]
+        words += [f"[{p.name.upper()}]" for p in self.params if p.positional and not is_required(p)]
         words += [
             f"[{option_name(p)} {'INT' if p.kind is int else 'TEXT'}]"
             for p in self.params
-            if not is_required(p)
+            if not is_required(p) and not p.positional
         ]
         return " ".join(words)
 
@@ -199,7 +208,9 @@ def with_defaults(entry: ViewQuery, values: Mapping[str, Value | None]) -> dict[
 
 def cli_arguments(entry: ViewQuery, args: Sequence[str]) -> dict[str, Value]:
     """``run``'s arguments from command-line words: positional words fill the required
-    parameters in declaration order, ``--name value`` (or ``--name=value``) any parameter."""
+    parameters in declaration order, then the optional ones declared ``positional`` (``query
+    ctr kafka`` is ``query ctr --query kafka``); ``--name value`` (or ``--name=value``) any
+    parameter."""
     by_option = {p.name.replace("_", "-"): p for p in entry.params}
     given: dict[str, str] = {}
     positional: list[str] = []
@@ -225,6 +236,9 @@ def cli_arguments(entry: ViewQuery, args: Sequence[str]) -> dict[str, Value]:
             positional.append(word)
         i += 1
     open_slots = [p for p in entry.params if is_required(p) and p.name not in given]
+    open_slots += [
+        p for p in entry.params if p.positional and not is_required(p) and p.name not in given
+    ]
     if len(positional) > len(open_slots):
         extra = " ".join(positional[len(open_slots) :])
         raise QueryArgumentError(f"unexpected argument(s) {extra!r}; usage: {entry.usage()}")
@@ -338,16 +352,36 @@ def unavailable(exc: BaseException) -> bool:
     return isinstance(exc, UNAVAILABLE)
 
 
+MAX_REASON_CHARS = 1000
+
+
+def bounded(text: str, limit: int = MAX_REASON_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying how many were cut: reasons quote what they
+    were given (a path, a parameter, a command's fields), which can be huge, and redacting a
+    text takes time that grows faster than its length. A registered secret the cut goes
+    through is dropped whole (what is left of it could not be recognized any more)."""
+    if len(text) <= limit:
+        return text
+    kept = text[:limit]
+    for secret in registered_secrets():
+        for size in range(min(len(secret) - 1, len(kept)), 0, -1):
+            if kept.endswith(secret[:size]):
+                kept = kept[:-size]
+                break
+    return f"{kept}... ({len(text) - len(kept)} more characters)"
+
+
 def reason_of(exc: BaseException) -> str:
-    """A one-line reason: the driver's message for SQLAlchemy errors, the text otherwise;
-    passwords and tokens masked (drivers can echo a connection string)."""
+    """A one-line reason of at most :data:`MAX_REASON_CHARS` (and a note of what was cut): the
+    driver's message for SQLAlchemy errors, the text otherwise; passwords and tokens masked
+    (drivers can echo a connection string)."""
     if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.orig is not None:
         exc = exc.orig
     if isinstance(exc, LookupError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
         text = exc.args[0]  # KeyError's str() would quote it
     else:
         text = str(exc)
-    text = redact(" ".join(text.split()))
+    text = redact(bounded(" ".join(text.split())))
     return text or type(exc).__name__
 
 

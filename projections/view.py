@@ -76,7 +76,9 @@ Fold = PartitionFold | Transform
 @dataclass(frozen=True)
 class QueryParam:
     """One parameter of a view query: where it comes from in an HTTP request (``path`` or
-    ``query`` string), its type, and its default (``required`` when there is none)."""
+    ``query`` string), its type, and its default (``required`` when there is none).
+    ``positional``: an optional parameter the command line may also give as a bare word after
+    the required ones (``tributary query ctr kafka``)."""
 
     name: str
     kind: type[int] | type[str]
@@ -86,6 +88,7 @@ class QueryParam:
     description: str = ""
     minimum: int | None = None
     maximum: int | None = None
+    positional: bool = False
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ class ViewStatus:
     offsets: dict[str, dict[str, int]]
     ends: dict[str, dict[str, int]]
     error: str | None = None
+    metrics: dict[str, int] | None = None  # the view's counters (e.g. late events)
 
     @property
     def lag(self) -> int:
@@ -41,6 +42,7 @@ class ViewStatus:
             "end_offsets": self.ends,
             "lag": self.lag,
             "error": self.error,
+            "metrics": self.metrics,
         }
 
 
@@ -64,6 +66,12 @@ def view_statuses(views: Sequence[View], kafka: KafkaConfig) -> list[ViewStatus]
                 ViewStatus(view.name, view.store.describe(), None, -1, 0, {}, ends, str(exc))
             )
             continue
+        error, metrics = None, None
+        if view.metrics is not None and commit is not None:
+            try:
+                metrics = view.metrics()
+            except TributaryError as exc:
+                error = f"metrics: {exc}"
         out.append(
             ViewStatus(
                 view.name,
@@ -73,6 +81,8 @@ def view_statuses(views: Sequence[View], kafka: KafkaConfig) -> list[ViewStatus]
                 0 if commit is None else commit.batches,
                 {} if commit is None else commit.offsets,
                 ends,
+                error,
+                metrics,
             )
         )
     return out

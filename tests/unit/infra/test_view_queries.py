@@ -55,6 +55,30 @@ def test_positional_words_fill_required_params_and_options_the_rest() -> None:
     assert cli_arguments(entry, ["--limit", "3", "9"]) == {"user_id": 9, "limit": 3}
 
 
+def test_a_positional_optional_param_takes_a_bare_word_after_the_required_ones() -> None:
+    ctr = Query(
+        "ctr",
+        "/ctr/{day}",
+        (
+            QueryParam("day", int, where="path", required=True),
+            QueryParam("query", str, default="", positional=True),
+            QueryParam("limit", int, default=5),
+        ),
+        echo,
+    )
+    entry = declared_queries([view("ctr", ctr)])["ctr"]
+    assert entry.usage() == "tributary query ctr DAY [QUERY] [--limit INT]"
+    assert cli_arguments(entry, ["1"]) == {"day": 1, "query": "", "limit": 5}
+    assert cli_arguments(entry, ["1", "kafka spark"]) == {
+        "day": 1,
+        "query": "kafka spark",
+        "limit": 5,
+    }
+    assert cli_arguments(entry, ["--query", "x", "1"]) == {"day": 1, "query": "x", "limit": 5}
+    with pytest.raises(QueryArgumentError, match="unexpected argument"):
+        cli_arguments(entry, ["1", "kafka", "3"])
+
+
 @pytest.mark.parametrize(
     ("args", "reason"),
     [

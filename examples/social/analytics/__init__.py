@@ -1,0 +1,84 @@
+"""The social network's stream analytics: event time, windows, joins and patterns on Spark's
+own stateful operators, each job a stateful view (its own checkpoint, its output through the
+view layer's exactly-once ledger) writing PostgreSQL tables services read and a topic
+``analytics.<job>`` downstream teams subscribe to.
+
+``TRIBUTARY_ANALYTICS=examples.social.analytics:social_analytics`` runs them beside the views.
+
+- ``activity`` (reads ``activity``): each event with raw and corrected times (stateless);
+- ``hashtags``, ``trending`` (``events.post``): posts per hashtag in tumbling 1-minute and
+  hopping 5-minute windows (Spark ``window``, update mode);
+- ``sessions`` (``activity``): user sessions with a 30-minute gap (``transformWithState``);
+- ``ctr`` (``activity``): searches joined with their clicks within an hour, CTR per query,
+  searches with no click (stream-stream join);
+- ``likes`` (``events.post``, ``cdc.public.users``): likes with both profiles as of the like
+  (``transformWithState``);
+- ``alerts`` (``events.post``, ``events.follows``): bursts of posts, quick unfollows
+  (``transformWithState`` with timers);
+- ``approx`` (``events.post``, ``activity``): hourly distinct users per hashtag
+  (HyperLogLog) and search-to-click delay p50/p99 (``percentile_approx``).
+
+The lateness rule, device-clock correction and watermarks: :mod:`projections.time`.
+"""
+
+from examples.social.analytics.alerts import alerts_view
+from examples.social.analytics.common import AnalyticsConfig
+from examples.social.analytics.corrected import corrected_view
+from examples.social.analytics.ctr import ctr_view
+from examples.social.analytics.likes import likes_view
+from examples.social.analytics.sessions import sessions_view
+from examples.social.analytics.windows import approx_view, hashtags_view, trending_view
+from projections.time import Lateness
+from projections.view import View
+from spark_streaming.views import ViewsConfig
+
+__all__ = [
+    "AnalyticsConfig",
+    "alerts_view",
+    "analytics_config",
+    "analytics_views",
+    "approx_view",
+    "corrected_view",
+    "ctr_view",
+    "hashtags_view",
+    "likes_view",
+    "sessions_view",
+    "social_analytics",
+    "trending_view",
+]
+
+JOBS = (
+    corrected_view,
+    hashtags_view,
+    trending_view,
+    sessions_view,
+    ctr_view,
+    likes_view,
+    alerts_view,
+    approx_view,
+)
+
+
+def analytics_config(config: ViewsConfig) -> AnalyticsConfig:
+    """The analytics jobs' configuration from the views' configuration."""
+    return AnalyticsConfig(
+        kafka=config.kafka,
+        dsn=config.postgres_dsn,
+        schema=config.views_schema,
+        activity_topic=config.activity_topic,
+        posts_topic=f"{config.event_topic_prefix}post",
+        follows_topic=f"{config.event_topic_prefix}follows",
+        users_topic=f"{config.topic_prefix}.public.users",
+        lateness=Lateness.of_seconds(config.allowed_lateness_s, config.lateness_slack_s),
+        query_dsn=config.query_dsn,
+        topic_prefix=config.analytics_topic_prefix,
+    )
+
+
+def analytics_views(config: AnalyticsConfig) -> list[View]:
+    return [job(config) for job in JOBS]
+
+
+def social_analytics(config: ViewsConfig) -> list[View]:
+    """Every social analytics job (a view factory: ``module:function``)."""
+    return analytics_views(analytics_config(config))

@@ -1,0 +1,133 @@
+"""What every social analytics job shares: its configuration, its stores (PostgreSQL tables
+services read, and Kafka topics ``analytics.<job>`` for downstream teams), reading from
+PostgreSQL for queries, and the count of late records."""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from connectors.errors import StoreUnavailableError
+from connectors.kafka import KafkaConfig
+from connectors.stores.base import Collection, Materializer, ViewStore
+from connectors.stores.kafka import KafkaStore
+from connectors.stores.pg_tables import TypedColumn, TypedTable
+from connectors.stores.postgres import PostgresStore
+from projections.time import LATE, Lateness
+
+Layout = Collection | TypedTable
+
+
+@dataclass(frozen=True)
+class AnalyticsConfig:
+    """Where the jobs read and write, and the lateness rule they apply.
+
+    ``prefix`` goes before every job name (tests run several copies side by side);
+    ``topic_prefix`` before every output topic (``analytics.`` -> ``analytics.trending``).
+    """
+
+    kafka: KafkaConfig
+    dsn: str
+    schema: str
+    activity_topic: str = "activity"
+    posts_topic: str = "events.post"
+    follows_topic: str = "events.follows"
+    users_topic: str = "cdc.public.users"
+    lateness: Lateness = field(default_factory=Lateness)
+    query_dsn: str | None = None
+    prefix: str = ""
+    topic_prefix: str = "analytics."
+    kafka_output: bool = True
+
+    @property
+    def reader_dsn(self) -> str:
+        return self.query_dsn or self.dsn
+
+    def name(self, job: str) -> str:
+        return f"{self.prefix}{job}"
+
+    def kinds(self) -> dict[str, str]:
+        """Topic -> what the decoder makes of it."""
+        return {
+            self.activity_topic: "activity",
+            self.posts_topic: "events",
+            self.follows_topic: "events",
+            self.users_topic: "users",
+        }
+
+
+def typed(collection: str, table: str, key: Sequence[str], *columns: TypedColumn) -> TypedTable:
+    return TypedTable(collection, table, tuple(columns), tuple(key))
+
+
+def stores(
+    config: AnalyticsConfig,
+    job: str,
+    layouts: Sequence[Layout],
+    main: str,
+    materializer: Materializer | None = None,
+    lookups: dict[str, tuple[str, ...]] | None = None,
+) -> tuple[ViewStore, tuple[ViewStore, ...]]:
+    """The job's PostgreSQL store (with its ``late`` collection) and, unless turned off, a
+    Kafka store writing the collection ``main`` to ``analytics.<job>`` and the others to
+    ``analytics.<job>.<collection>`` (``lookups``: fields the materializer finds entries by,
+    for the Kafka store; PostgreSQL finds by any column)."""
+    name = config.name(job)
+    every = [*layouts, Collection(LATE)]
+    primary = PostgresStore(config.dsn, config.schema, name, every, materializer)
+    if not config.kafka_output:
+        return primary, ()
+    collections = [
+        Collection(
+            layout.collection if isinstance(layout, TypedTable) else layout.name,
+            (lookups or {}).get(
+                layout.collection if isinstance(layout, TypedTable) else layout.name,
+                () if isinstance(layout, TypedTable) else layout.lookups,
+            ),
+        )
+        for layout in every
+    ]
+    topic = f"{config.topic_prefix}{job}"
+    topics = {
+        c.name: topic if c.name == main else f"{topic}.{c.name.replace('_', '-')}"
+        for c in collections
+    }
+    kafka = KafkaStore(config.kafka, name, collections, materializer, topics=topics)
+    return primary, (kafka,)
+
+
+def read_rows(
+    config: AnalyticsConfig, statement: sql.Composed, params: Sequence[Any] = ()
+) -> list[dict[str, Any]]:
+    """Rows of a query on the views schema (none when the job has not written the table yet);
+    :class:`StoreUnavailableError` when PostgreSQL cannot be reached."""
+    try:
+        with psycopg.connect(config.reader_dsn, connect_timeout=5) as conn:
+            cursor = conn.execute(statement, params)
+            names = [d.name for d in cursor.description or ()]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    except psycopg.errors.UndefinedTable:
+        return []
+    except psycopg.OperationalError as exc:
+        raise StoreUnavailableError(f"analytics store unreachable: {exc}") from exc
+
+
+def table(config: AnalyticsConfig, name: str) -> sql.Identifier:
+    return sql.Identifier(config.schema, name)
+
+
+def late_counter(config: AnalyticsConfig, store: ViewStore) -> Callable[[], dict[str, int]]:
+    """The job's metrics: how many records it found beyond the allowed lateness (exact: one
+    entry per record in its ``late`` collection)."""
+
+    def metrics() -> dict[str, int]:
+        assert isinstance(store, PostgresStore)
+        rows = read_rows(
+            config,
+            sql.SQL("SELECT count(*) AS n FROM {}").format(table(config, store.table(LATE, None))),
+        )
+        return {"late_events": int(rows[0]["n"]) if rows else 0}
+
+    return metrics

@@ -1,0 +1,349 @@
+"""The analytics jobs on a real broker, real Spark and real PostgreSQL, fed a generated workload
+with known event times, shuffled arrival, device clocks off by minutes and stragglers; every
+window, session, join result and alert compared with a reference computed independently from
+the generated events (with the lateness rule applied).
+
+Determinism: each job runs live in many small micro-batches, then is replayed from offset zero
+in one large batch (a new generation, swapped in): both hold exactly the same results.
+"""
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from examples.social.analytics import AnalyticsConfig
+from examples.social.analytics.windows import HLL_RSD
+from infra.view_queries import cli_arguments, declared_queries
+from projections.time import iso_ms
+from projections.view import View
+from spark_streaming.runner import ViewRunner
+from spark_streaming.view_job import JobOptions
+from tests.integration.analytics import reference
+from tests.integration.analytics.feed import AnalyticsFeed, Workload, make_workload
+from tests.integration.analytics.lab import (
+    applied_counts,
+    committed_records,
+    held,
+    kafka_held,
+    lab_config,
+    ms,
+    replay_jobs,
+    run_jobs,
+    views_by_job,
+)
+from tests.integration.conftest import Endpoints
+
+LIVE_BATCH = 90  # maxOffsetsPerTrigger of the live runs: many small micro-batches
+REPLAY_BATCH = 1_000_000  # a replay reads everything in one micro-batch
+
+
+@dataclass
+class Lab:
+    config: AnalyticsConfig
+    views: dict[str, View]
+    work: Workload
+    checkpoints: Path
+
+    def options(self, batch: int) -> JobOptions:
+        return JobOptions(checkpoint_root=self.checkpoints, max_offsets_per_trigger=batch)
+
+
+@pytest.fixture
+def lab(stack: Endpoints, unique: str, tmp_path: Path) -> Iterator[Lab]:
+    config = lab_config(stack.kafka, stack.postgres_dsn, unique)
+    work = make_workload(config.lateness)
+    AnalyticsFeed(config).write(work)
+    yield Lab(config, views_by_job(config), work, tmp_path / "checkpoints")
+    with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {config.schema} CASCADE")
+
+
+# -- what the stores hold, in the reference's shape ---------------------------------------
+
+
+def late_keys(view: View) -> set[str]:
+    return set(held(view)["late"])
+
+
+def window_counts(view: View, collection: str) -> dict[tuple[int, str], tuple[int, int]]:
+    return {
+        (ms(f["window_start"]), f["tag"]): (f["posts"], f["late_posts"])
+        for f in held(view)[collection].values()
+    }
+
+
+def session_rows(view: View) -> dict[tuple[int, int], tuple[int, int, int, int]]:
+    return {
+        (f["user_id"], ms(f["session_start"])): (
+            ms(f["session_end"]),
+            f["events"],
+            f["searches"],
+            f["clicks"],
+        )
+        for f in held(view)["sessions"].values()
+    }
+
+
+def assert_matches_reference(lab: Lab) -> None:
+    work, v = lab.work, lab.views
+    beyond_activity = reference.activity_beyond(work)
+    beyond_posts = reference.posts_beyond(work)
+    assert beyond_activity and beyond_posts  # the workload has stragglers beyond the allowance
+
+    # 1. Device clocks: the corrected time is the true time; raw times are kept.
+    events = {f["event_id"]: f for f in held(v["activity"])["events"].values()}
+    assert len(events) == len(work.activity)
+    for e in work.activity:
+        got = events[e.event_id]
+        assert got["corrected_time"] == e.true_time
+        assert (got["event_time"], got["sent_time"], got["received_time"]) == (
+            e.event_time,
+            e.sent_time,
+            e.received_time,
+        )
+        assert got["clock_offset_ms"] == e.received_time - e.sent_time
+        assert got["beyond_lateness"] == (f"{e.type}:{e.event_id}" in beyond_activity)
+    assert late_keys(v["activity"]) == beyond_activity
+
+    # 2. Windows by event time, late posts counted out; late-within ones counted in.
+    assert window_counts(v["hashtags"], "minutes") == reference.windows(work, reference.MINUTE)
+    assert window_counts(v["trending"], "windows") == reference.windows(work, 5 * reference.MINUTE)
+    for job in ("hashtags", "trending"):
+        assert late_keys(v[job]) == beyond_posts
+    assert session_rows(v["sessions"]) == reference.sessions(work)
+    assert late_keys(v["sessions"]) == beyond_activity
+
+    # 3. Searches joined with clicks within the hour.
+    expected = reference.ctr(work)
+    ctr = held(v["ctr"])
+    assert {f["click_id"]: f["delay_ms"] for f in ctr["clicks"].values()} == expected.clicks
+    assert {k: f["status"] for k, f in ctr["searches"].items()} == expected.status
+    assert {"open", "clicked", "no_click"} <= set(expected.status.values())
+    queries = {
+        f["query"]: {n: f[n] for n in ("searches", "clicked", "no_click", "open")}
+        for f in ctr["queries"].values()
+    }
+    assert queries == expected.queries
+    for f in ctr["queries"].values():
+        assert f["ctr"] == pytest.approx(f["clicked"] / f["searches"])
+    assert late_keys(v["ctr"]) == beyond_activity
+
+    # 4. Likes with both profiles as of the like (renames afterwards do not rewrite them).
+    likes = {
+        f["like_id"]: (f["liker_handle"], f["liker_name"], f["author_handle"], f["author_name"])
+        for f in held(v["likes"])["likes"].values()
+    }
+    assert likes == reference.likes(work)
+    assert any("-r" in handle for row in likes.values() for handle in row[::2])
+
+    # 5. Patterns.
+    alerts = {
+        f["alert_id"]: {"kind": f["kind"], "user_id": f["user_id"], "posts": f["posts"]}
+        for f in held(v["alerts"])["alerts"].values()
+    }
+    assert alerts == reference.alerts(work)
+    assert {a["kind"] for a in alerts.values()} == {"burst", "churn"}
+    assert late_keys(v["alerts"]) == beyond_posts
+
+    # 6. Approximations within their stated bounds.
+    hours = {
+        (f["metric"], f["subject"], ms(f["window_start"])): f
+        for f in held(v["approx"])["hourly"].values()
+    }
+    truth = reference.hourly(work)
+    assert set(hours) == set(truth)
+    for key, want in truth.items():
+        got = hours[key]
+        assert got["events"] == want["events"]
+        assert abs(got["distinct_users"] - want["users"]) <= max(1, 3 * HLL_RSD * want["users"])
+        delays = want["delays"]
+        if delays:
+            for name, p in (("p50_ms", 0.5), ("p99_ms", 0.99)):
+                assert got[name] == delays[max(0, math.ceil(p * len(delays)) - 1)]
+    assert late_keys(v["approx"]) == beyond_posts | {
+        k for k in beyond_activity if k.startswith("click:")
+    }
+
+    # Late-beyond records are counted exactly, per job, as the jobs' metric.
+    for view in v.values():
+        assert view.metrics is not None
+        assert view.metrics() == {"late_events": len(late_keys(view))}
+
+
+def ask(lab: Lab, name: str, *words: str) -> Any:
+    """A query as ``tributary query NAME WORDS...`` (and the HTTP route) runs it."""
+    entry = declared_queries(lab.views.values())[name]
+    return entry.query.run(**cli_arguments(entry, list(words)))
+
+
+def assert_queries_answer_the_reference(lab: Lab) -> None:
+    work = lab.work
+    for size, window in ((reference.MINUTE, "1m"), (5 * reference.MINUTE, "5m")):
+        counts = reference.windows(work, size)
+        busiest = max(counts, key=lambda key: (counts[key][0], key))[0]
+        at = iso_ms(busiest + size - 30_000)  # a time in the window's last minute
+        got = ask(lab, "trending", "--window", window, "--at", at, "--limit", "100")
+        want = sorted(
+            ((tag, posts) for (start, tag), (posts, _) in counts.items() if start == busiest),
+            key=lambda row: (-row[1], row[0]),
+        )
+        assert ms(got["window_start"]) == busiest
+        assert [(r["tag"], r["posts"]) for r in got["hashtags"]] == want
+
+    sessions = reference.sessions(work)
+    user = max({u for u, _ in sessions}, key=lambda u: (sum(k[0] == u for k in sessions), u))
+    got = ask(lab, "sessions", str(user), "--limit", "1000")
+    assert {
+        (ms(r["session_start"]), ms(r["session_end"]), r["events"], r["searches"], r["clicks"])
+        for r in got
+    } == {(start, *rest) for (u, start), rest in sessions.items() if u == user}
+
+    for query, want in reference.ctr(work).queries.items():
+        got = ask(lab, "ctr", query)  # the query text as a bare word fills --query
+        assert {n: got[n] for n in want} == want, query
+
+    got = ask(lab, "alerts", "--limit", "1000")
+    assert {a["alert_id"] for a in got} == set(reference.alerts(work))
+
+
+def test_jobs_equal_the_reference_live_and_replayed_in_one_batch(spark: Any, lab: Lab) -> None:
+    views = list(lab.views.values())
+    runs = run_jobs(spark, views, lab.config.kafka, lab.options(LIVE_BATCH))
+    for run in runs.values():
+        assert len(run.reports) >= 3, run.view.name  # many small micro-batches
+        assert run.dropped_by_watermark == 0, run.view.name  # Spark dropped nothing silently
+    assert_matches_reference(lab)
+    assert_queries_answer_the_reference(lab)
+
+    # Late posts within the allowance updated windows already published: the same key was
+    # written again with a newer value (a correction), and downstream got it too.
+    corrected = [
+        key
+        for key, count in applied_counts(lab.views["hashtags"], "minutes").items()
+        if count > 1 and held(lab.views["hashtags"])["minutes"][key]["late_posts"] > 0
+    ]
+    assert corrected
+    # Downstream teams read the same results from the analytics topics.
+    for job, collection in (("hashtags", "minutes"), ("trending", "windows")):
+        downstream = {
+            (ms(f["window_start"]), f["tag"]): (f["posts"], f["late_posts"])
+            for f in kafka_held(lab.views[job])[collection].values()
+        }
+        assert downstream == window_counts(lab.views[job], collection)
+    assert {f["alert_id"] for f in kafka_held(lab.views["alerts"])["alerts"].values()} == set(
+        reference.alerts(lab.work)
+    )
+
+    live = {name: held(view) for name, view in lab.views.items()}
+    results = replay_jobs(spark, views, lab.config.kafka, lab.options(REPLAY_BATCH))
+    assert {r.batches for r in results.values()} == {1}
+    assert {name: held(view) for name, view in lab.views.items()} == live
+    assert_matches_reference(lab)
+
+
+def test_a_lost_checkpoint_is_rebuilt_from_offset_zero_never_resumed_empty(
+    spark: Any, lab: Lab
+) -> None:
+    view = lab.views["sessions"]
+    run_jobs(spark, [view], lab.config.kafka, lab.options(REPLAY_BATCH))
+    before = view.store.live_generation()
+    shutil.rmtree(lab.checkpoints / view.name / before)  # the state is gone
+    lines: list[str] = []
+    stop = threading.Event()
+    runner = ViewRunner(
+        spark,
+        [view],
+        lab.config.kafka,
+        lab.options(LIVE_BATCH),
+        log=lines.append,
+        replay_options=lab.options(REPLAY_BATCH),
+    )
+    thread = threading.Thread(target=runner.run, args=(stop,))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 240
+        while not any("running generation" in line for line in lines):
+            assert time.monotonic() < deadline, lines
+            assert thread.is_alive(), lines
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        thread.join(120)
+    assert any("must be rebuilt from offset zero" in line for line in lines), lines
+    assert view.store.live_generation() != before
+    assert session_rows(view) == reference.sessions(lab.work)
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the driver with its JVM and Python workers (its own process group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+
+
+def test_kill_9_mid_window_then_restart_counts_nothing_twice(
+    spark: Any, lab: Lab, stack: Endpoints, unique: str, tmp_path: Path
+) -> None:
+    jobs = ["hashtags", "alerts"]
+    markers = tmp_path / "paused"
+    markers.mkdir()
+    cfg = {
+        "bootstrap_servers": stack.bootstrap_servers,
+        "dsn": stack.postgres_dsn,
+        "unique": unique,
+        "checkpoint_root": str(lab.checkpoints),
+        "jobs": jobs,
+        "pause_batch": 1,
+        "marker_dir": str(markers),
+        "local_dir": str(tmp_path / "spark-driver"),
+        "max_offsets_per_trigger": LIVE_BATCH,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.analytics.driver", json.dumps(cfg)],
+        cwd=ROOT,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while {p.name for p in markers.iterdir()} != set(jobs):
+            assert proc.poll() is None, f"driver exited with {proc.returncode}"
+            assert time.monotonic() < deadline, "the driver never reached the crash point"
+            time.sleep(0.2)
+    finally:
+        kill_group(proc)  # kill -9 with batch 1 of both jobs inside a store's commit
+    views = [lab.views[j] for j in jobs]
+    assert all(v.store.committed(v.store.live_generation()).batch_id == 0 for v in views)
+
+    run_jobs(spark, views, lab.config.kafka, lab.options(LIVE_BATCH))  # the restart
+    assert window_counts(lab.views["hashtags"], "minutes") == reference.windows(
+        lab.work, reference.MINUTE
+    )
+    expected = reference.alerts(lab.work)
+    alerts = held(lab.views["alerts"])["alerts"]
+    assert {f["alert_id"] for f in alerts.values()} == set(expected)
+    # Downstream saw every alert once: no committed record repeats an earlier one.
+    records = committed_records(lab.views["alerts"], "alerts")
+    assert len(records) == len(set(records))
+    published = {json.loads(value)["alert_id"] for _, value in records if value is not None}
+    assert set(expected) <= published
+    churn = [key for key, f in alerts.items() if f["kind"] == "churn"]
+    assert churn and all(applied_counts(lab.views["alerts"], "alerts")[k] == 1 for k in churn)
