@@ -8,6 +8,14 @@ snapshot when one is due, and record the command id with its result. A
 load, at most ``max_retries`` times; after that the error reaches the caller (nothing was
 stored). A rejection is recorded too, so a repeat gets the same answer.
 
+**Faults.** Any other exception caused by the command's content — a handler raising
+something other than :class:`CommandRejected` (a ``ZeroDivisionError``), PostgreSQL refusing
+its data (SQLSTATE class 22, 23 or 54: a NUL character in ``jsonb``, a number out of range)
+— rolls the transaction back and becomes the command's :class:`Rejected` result naming the
+cause, recorded like any rejection (:mod:`event_store.faults` draws the line). Failures of
+the infrastructure (the database cannot be reached, a lost connection) still raise: the
+command was not handled.
+
 **Round trips.** The transaction costs two: ``BEGIN`` goes in one pipeline with the load
 and the reads the route declares (:class:`~event_store.registry.Read`), and the writes go
 in one pipeline with ``COMMIT`` (a handler's own ``query_one`` adds one each).
@@ -28,11 +36,13 @@ immutable (the frozen dataclasses :class:`~event_store.aggregate.Aggregate` asks
 """
 
 import json
+import logging
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,13 +56,21 @@ from event_store.aggregate import Aggregate
 from event_store.command import Accepted, Command, CommandResult, Rejected, result_from_json
 from event_store.errors import CommandRejected, ConcurrencyError, EventStoreError, StorageError
 from event_store.event import NewEvent
+from event_store.faults import brief, command_fault, storable_text, traceback_of
 from event_store.prepared import Statement, StatementsLost, int8
 from event_store.reading import event_from_row
 from event_store.registry import CommandRegistry, HandlerContext, Read, Route
 from event_store.snapshots import SnapshotPolicy, SnapshotStore
 from event_store.store import AppendStatements, EventStore
 
+log = logging.getLogger(__name__)
+
 Clock = Callable[[], datetime]
+
+UNSTORABLE_ID = (
+    "the database cannot store this command: its command_id holds a NUL character or a lone "
+    "surrogate, which PostgreSQL text cannot hold; send it with another command_id"
+)
 
 _EVENT_COLUMNS = (
     "e.event_id, e.stream_type, e.version, e.event_type, e.schema_version, e.data::text, "
@@ -218,15 +236,34 @@ class CommandBus:
         self._sql = _CommandStatements(store.tables.schema)
 
     def send(self, command: Command, command_id: str | None = None) -> CommandResult:
-        """Handle ``command``; the same ``command_id`` again returns the first result."""
+        """Handle ``command``; the same ``command_id`` again returns the first result.
+
+        An exception the command caused (see :mod:`event_store.faults`) is answered and
+        recorded as its rejection; infrastructure failures raise, and so does a
+        :class:`ConcurrencyError` that outlasted ``max_retries``.
+        """
         command_id = command_id or str(uuid.uuid4())
         route = self.registry.route(command)
+        if storable_text(command_id) != command_id:
+            return self._reject(command, command_id, route, UNSTORABLE_ID)
         for attempt in range(self.max_retries + 1):
             try:
                 return self._attempt(command, command_id, route)
             except (ConcurrencyError, StatementsLost):
                 if attempt == self.max_retries:
                     raise
+            except Exception as exc:
+                reason = command_fault(exc)
+                if reason is None:
+                    raise
+                log.warning(
+                    "command %s (%s) rejected: %s%s",
+                    brief(command_id),
+                    command.command_name,
+                    reason,
+                    traceback_of(exc),
+                )
+                return self._reject(command, command_id, route, reason)
         raise AssertionError("unreachable")
 
     def previous_result(self, command_id: str) -> CommandResult | None:
@@ -258,6 +295,60 @@ class CommandBus:
         events = self.store.read_stream(stream_id)
         aggregate.replay(self.registry.codec.decode(e) for e in events)
         return aggregate
+
+    def _reject(
+        self, command: Command, command_id: str, route: Route[Any, Any], reason: str
+    ) -> CommandResult:
+        """Record ``reason`` as the command's rejection and answer it (or the result a twin
+        recorded first), in a statement of its own: the command's transaction, if it got
+        that far, was rolled back, so nothing else of the command is stored.
+
+        What is recorded is sanitized with :func:`~event_store.faults.storable_text`: the
+        command id, its stream id and the reason may hold the very NUL character or lone
+        surrogate that failed the command, and recording its rejection must not fail again.
+        (The answer carries the sanitized reason too, so a repeat's answer is the same; its
+        ``command_id`` is always the caller's.) Should the database still refuse the record
+        for its data (a command id too large for the primary key's index), the rejection is
+        answered unrecorded: the command fails the same way on every repeat, so a repeat
+        still gets the same answer.
+        """
+        key = storable_text(command_id)
+        result = Rejected(command_id, storable_text(reason))
+        try:
+            stream_id: str | None = storable_text(route.stream_id(command))
+        except Exception:  # the stream id is what failed
+            stream_id = None
+        params = {
+            "command_id": key,
+            "command_type": command.command_name,
+            "stream_id": stream_id,
+            "result": json.dumps(replace(result, command_id=key).to_json()),
+        }
+        for attempt in (1, 2):
+            try:
+                with self._session() as (_, driver):
+                    prepared.run(driver, (Statement.of(self._sql.record), params))
+                return result
+            except StatementsLost:
+                if attempt == 2:
+                    raise
+            except psycopg.errors.UniqueViolation as exc:  # a twin recorded the id first
+                previous = self.previous_result(key)
+                if previous is None:
+                    raise AssertionError(f"command {key} was recorded, then vanished") from exc
+                return replace(previous, command_id=command_id)
+            except psycopg.Error as exc:
+                if command_fault(exc) is None:
+                    raise StorageError(
+                        f"recording command {brief(key)} failed: {exc}", exc.sqlstate
+                    ) from exc
+                log.warning(
+                    "the rejection of command %s is not recorded: %s",
+                    brief(key),
+                    brief(str(exc), 500),
+                )
+                return result
+        raise AssertionError("unreachable")
 
     # -- one attempt -------------------------------------------------------------------
 

@@ -16,6 +16,14 @@ published again (same key, same value). Storing the offset in the command's own
 transaction instead would lose the result of a command committed just before a crash.
 Messages without a usable command id cannot be recorded; they are rejected again,
 identically, and nothing is stored for them.
+
+No poison loops. Whatever one command's content causes — a malformed envelope, data that
+does not decode, a handler that raises (``ZeroDivisionError``), data PostgreSQL refuses
+(SQLSTATE classes 22, 23, 54: a NUL character in ``jsonb``) — is answered as that command's
+rejection, naming the cause, and the processor moves on to the next message
+(:mod:`event_store.faults`). Only a failure of the infrastructure (PostgreSQL or the broker
+cannot be reached, a lost connection, a missing schema) stops :meth:`CommandProcessor.run`:
+the message was not handled, and a restarted processor reads it again.
 """
 
 import json
@@ -43,6 +51,8 @@ from event_store.errors import (
     MalformedCommandError,
     StorageError,
 )
+from event_store.faults import brief, command_fault, traceback_of
+from event_store.prepared import StatementsLost
 from event_store.registry import CommandRegistry
 
 log = logging.getLogger(__name__)
@@ -84,6 +94,11 @@ class CommandEnvelope:
         ).encode()
 
 
+#: The longest command id an envelope may carry: up to 2 kB in UTF-8, which the primary
+#: key's index of the commands table always holds (a btree row holds about 2.7 kB).
+MAX_COMMAND_ID_CHARS = 512
+
+
 def parse_envelope(value: bytes | None) -> CommandEnvelope:
     """Decode a message value; raises :class:`MalformedCommandError` saying what is wrong."""
     if value is None:
@@ -97,6 +112,12 @@ def parse_envelope(value: bytes | None) -> CommandEnvelope:
     command_id = parsed.get("command_id")
     if not isinstance(command_id, str) or not command_id.strip():
         raise MalformedCommandError("command_id is missing or not a non-empty string")
+    if len(command_id) > MAX_COMMAND_ID_CHARS:
+        raise MalformedCommandError(
+            f"command_id is longer than {MAX_COMMAND_ID_CHARS} characters ({len(command_id)}):"
+            " the store cannot index it; send a shorter idempotency key (a UUID)",
+            command_id,
+        )
     command_type = parsed.get("type")
     if not isinstance(command_type, str) or not command_type:
         raise MalformedCommandError("type is missing or not a non-empty string", command_id)
@@ -113,7 +134,8 @@ def handle_message(bus: CommandBus, value: bytes | None) -> CommandResult:
     """The result of one ``commands`` message; never raises for a bad message.
 
     Errors of the infrastructure (PostgreSQL unreachable, ...) do propagate: the message
-    was not handled, and the processor must not move past it.
+    was not handled, and the processor must not move past it. Everything the message's
+    content causes is its rejection (:func:`~event_store.faults.command_fault`).
     """
     try:
         envelope = parse_envelope(value)
@@ -124,10 +146,18 @@ def handle_message(bus: CommandBus, value: bytes | None) -> CommandResult:
         return bus.send(command, envelope.command_id)
     except ConcurrencyError as exc:
         return Rejected(envelope.command_id, f"gave up after retries: {exc}")
-    except StorageError:
+    except (StorageError, StatementsLost):
         raise  # the database failed, not the command: do not move past the message
-    except EventStoreError as exc:
+    except EventStoreError as exc:  # a stored event that does not decode, ...
         return Rejected(envelope.command_id, str(exc))
+    except Exception as exc:
+        reason = command_fault(exc)
+        if reason is None:
+            raise
+        log.warning(
+            "command %s rejected: %s%s", brief(envelope.command_id), reason, traceback_of(exc)
+        )
+        return Rejected(envelope.command_id, reason)
 
 
 class CommandProcessor:
@@ -193,7 +223,12 @@ class CommandProcessor:
                 log.warning("consume error on %s: %s", self.topics.commands, err.str())
                 continue
             result = handle_message(self.bus, msg.value())
-            key = None if result.command_id is None else result.command_id.encode()
+            # a command id read from JSON may hold a lone surrogate: keep it, byte for byte
+            key = (
+                None
+                if result.command_id is None
+                else result.command_id.encode("utf-8", "surrogatepass")
+            )
             self._producer.produce(
                 self.topics.results, key=key, value=json.dumps(result.to_json()).encode()
             )
@@ -312,7 +347,7 @@ class ResultWaiter:
     def wait(self, command_id: str, timeout: float = 30.0) -> CommandResult:
         """The result for ``command_id``; raises :class:`CommandTimeoutError` after ``timeout``."""
         deadline = time.monotonic() + timeout
-        wanted = command_id.encode()
+        wanted = command_id.encode("utf-8", "surrogatepass")
         while time.monotonic() < deadline:
             for msg in self._consumer.consume(100, min(0.5, max(deadline - time.monotonic(), 0))):
                 if msg.error() is not None or msg.key() != wanted:

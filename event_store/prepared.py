@@ -99,15 +99,22 @@ def run(driver: psycopg.Connection[Any], *steps: Step) -> list[pq.abc.PGresult]:
     pgconn = driver.pgconn
     known = _prepared.setdefault(driver, set())
     missing = {s.name: s for s, _ in steps if isinstance(s, Statement) and s.name not in known}
+    # Every value is encoded before anything is sent: a value that cannot be (a NUL
+    # character, a lone surrogate) fails the batch with the connection as it was.
+    encoded = [
+        (step, [encode(values[p]) for p in step.params] if values else None)
+        if isinstance(step, Statement)
+        else (step, None)
+        for step, values in steps
+    ]
     pgconn.enter_pipeline_mode()
     try:
         for statement in missing.values():
             pgconn.send_prepare(statement.name, statement.text)
-        for step, values in steps:
+        for step, args in encoded:
             if isinstance(step, bytes):
                 pgconn.send_query_params(step, None, result_format=_BINARY)
             else:
-                args = [encode(values[p]) for p in step.params] if values else None
                 pgconn.send_query_prepared(step.name, args, result_format=_BINARY)
         pgconn.pipeline_sync()
         results = _until_sync(pgconn)
@@ -157,10 +164,15 @@ def _until_sync(pgconn: pq.abc.PGconn) -> list[pq.abc.PGresult]:
 
 
 def encode(value: Any) -> bytes | None:
-    """A parameter in PostgreSQL's text form."""
+    """A parameter in PostgreSQL's text form.
+
+    Raises :class:`psycopg.errors.CharacterNotInRepertoire` (SQLSTATE 22021, as the server
+    would) for text PostgreSQL cannot hold: a NUL character (libpq sends a text parameter
+    as a C string, so ``"a\\x00b"`` would silently arrive as ``"a"``) or a lone surrogate.
+    """
     kind = type(value)
     if kind is str:
-        return value.encode()  # type: ignore[no-any-return]
+        return _text(value)
     if kind is int:
         return str(value).encode()
     if value is None:
@@ -170,10 +182,25 @@ def encode(value: Any) -> bytes | None:
     if isinstance(value, bool):
         return b"t" if value else b"f"
     if isinstance(value, str | int | uuid.UUID):
-        return str(value).encode()
+        return _text(str(value))
     if isinstance(value, list | tuple):
-        return _array(value).encode()
+        return _text(_array(value))
     raise TypeError(f"cannot send a {type(value).__name__} as a text parameter")
+
+
+def _text(value: str) -> bytes:
+    try:
+        data = value.encode()
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end].encode("unicode_escape").decode()
+        raise psycopg.errors.CharacterNotInRepertoire(
+            f"text holds a lone surrogate ({bad}): not valid UTF-8"
+        ) from None
+    if b"\x00" in data:
+        raise psycopg.errors.CharacterNotInRepertoire(
+            "text holds a NUL character (\\x00): PostgreSQL text cannot store it"
+        )
+    return data
 
 
 def _array(values: Sequence[Any]) -> str:

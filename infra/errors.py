@@ -38,8 +38,3 @@ class QueryArgumentError(InfraError):
 
 class ReadYourWritesUnavailableError(InfraError):
     """Waiting for a position token is not possible here (the waiter cannot be loaded)."""
-
-
-class UnstorableCommandError(InfraError):
-    """The database refused a command's data as data (a NUL character, an integer beyond
-    ``bigint``, a value too large for an index): the request's fault, nothing was stored."""

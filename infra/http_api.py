@@ -7,11 +7,13 @@
   typed and range-checked from its :class:`~projections.view.QueryParam`; ``min_position``
   waits for a position token before the query runs.
 - ``GET /health``: the database and every view's store.
+- ``GET /metrics``: each view's last batch id and its own counters (e.g. an analytics job's
+  late events) in Prometheus' text format.
 
 Who may do what: with ``TRIBUTARY_API_TOKEN`` set, ``POST /commands`` needs
 ``Authorization: Bearer <token>``; with ``TRIBUTARY_API_READ_TOKEN`` set, so do the query routes
-(the read token, or the command token). ``/health`` and ``/docs`` stay open. A missing token is
-401 (with ``WWW-Authenticate: Bearer``), a wrong one 403.
+(the read token, or the command token). ``/health``, ``/metrics`` and ``/docs`` stay open. A
+missing token is 401 (with ``WWW-Authenticate: Bearer``), a wrong one 403.
 
 Every error answers JSON ``{"error": reason}``: 422 for a request that does not fit (bad JSON,
 an unknown command type, a parameter out of range), 400 for what a query refused, 404 for what
@@ -36,7 +38,7 @@ from fastapi import Query as QueryField
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.params import Depends as DependsParam
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from sqlalchemy import Engine, text
@@ -45,7 +47,7 @@ from starlette.exceptions import HTTPException
 
 from event_store import CommandBus, CommandRegistry, Rejected
 from event_store.command import CommandResult
-from event_store.command_topic import CommandEnvelope, parse_envelope
+from event_store.command_topic import MAX_COMMAND_ID_CHARS, CommandEnvelope, parse_envelope
 from event_store.errors import (
     CommandDecodeError,
     ConcurrencyError,
@@ -54,7 +56,6 @@ from event_store.errors import (
     StorageError,
     UnknownCommandTypeError,
 )
-from infra.errors import UnstorableCommandError
 from infra.settings import Settings
 from infra.view_queries import (
     MIN_POSITION,
@@ -64,6 +65,7 @@ from infra.view_queries import (
     QueryFailure,
     ViewQuery,
     Waiter,
+    bounded,
     declared_queries,
     default_waiter,
     failure_of,
@@ -105,7 +107,7 @@ class HealthBody(BaseModel):
 def error(
     status: int, reason: str, headers: Mapping[str, str] | None = None, **extra: Any
 ) -> JSONResponse:
-    body = redact_data({"error": reason, **jsonable_encoder(extra)})
+    body = redact_data({"error": bounded(reason), **jsonable_encoder(extra)})
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -225,30 +227,18 @@ class CommandGateway:
             if self._prepare is not None:
                 self._prepare()
                 self._prepare = None
+        # Data the database refuses (a NUL character, an integer beyond bigint) and a
+        # handler's exception come back from the bus as the command's recorded rejection,
+        # as the processor answers them (event_store.faults); a StorageError is the
+        # database failing (503).
         try:
             return self.bus.send(command, envelope.command_id)
         except ConcurrencyError as exc:
             return Rejected(envelope.command_id, f"gave up after retries: {exc}")
-        except StorageError as exc:
-            if refused_as_data(exc):
-                raise UnstorableCommandError(
-                    f"the database cannot store this command: {reason_of(exc)}"
-                ) from exc
+        except StorageError:
             raise
         except EventStoreError as exc:  # as the processor answers it
             return Rejected(envelope.command_id, str(exc))
-
-
-# SQLSTATE classes of what PostgreSQL refuses for the values a statement was given, not for
-# its own state: 22 data exception (NUL in text or jsonb, a number out of a column's range, ...)
-# and 54 program limit exceeded (a value too large for an index row, ...).
-DATA_SQLSTATE_CLASSES = ("22", "54")
-
-
-def refused_as_data(exc: StorageError) -> bool:
-    """Whether the database refused the command's values (the same command fails again,
-    whatever the database's state), not failed itself."""
-    return exc.sqlstate is not None and exc.sqlstate[:2] in DATA_SQLSTATE_CLASSES
 
 
 def read_envelope(body: bytes) -> CommandEnvelope:
@@ -297,9 +287,11 @@ def envelope_schema(registry: CommandRegistry) -> dict[str, Any]:
         "additionalProperties": False,
         "properties": {
             "command_id": {
-                "type": "string",
-                "description": "Idempotency key: the same id again returns the first result"
-                " and appends nothing (default: a new UUID).",
+                "type": ["string", "null"],
+                "minLength": 1,
+                "maxLength": MAX_COMMAND_ID_CHARS,
+                "description": "Idempotency key, not blank: the same id again returns the first"
+                " result and appends nothing (absent or null: a new UUID).",
             },
             "type": {"type": "string", "enum": registry.names(), "description": "Command type."},
             "data": {"type": "object", "description": "The command's fields."},
@@ -362,6 +354,7 @@ def create_app(
     install_error_handlers(app)
     add_command_route(app, api)
     add_health_route(app, api)
+    add_metrics_route(app, api)
     for entry in api.queries.values():
         add_query_route(app, api, entry)
     return app
@@ -422,7 +415,7 @@ def add_command_route(app: FastAPI, api: Api) -> None:
             return error(422, exc.reason)
         try:
             result = await run_in_threadpool(api.commands.handle, envelope)
-        except (UnknownCommandTypeError, CommandDecodeError, UnstorableCommandError) as exc:
+        except (UnknownCommandTypeError, CommandDecodeError) as exc:
             return error(422, str(exc))
         except Exception as exc:
             if unavailable(exc):
@@ -430,7 +423,7 @@ def add_command_route(app: FastAPI, api: Api) -> None:
             raise
         body = result.to_json()
         if isinstance(body.get("reason"), str):  # a rejection may quote a driver's error
-            body["reason"] = redact(body["reason"])
+            body["reason"] = redact(bounded(body["reason"]))
         token = body.get("position_token")
         if wait_views and body.get("status") == "accepted" and isinstance(token, str):
             try:
@@ -452,9 +445,10 @@ def add_command_route(app: FastAPI, api: Api) -> None:
         description=(
             "Runs the command through the command bus (the processor's: same handlers, "
             "snapshots and retries) and answers its result: 200 with status `accepted` or "
-            "`rejected` (nothing stored), 422 for a malformed envelope, an unknown command "
-            "type, data the type cannot decode or data the database cannot store (a NUL "
-            "character, an integer beyond bigint), 503 when the database fails. With "
+            "`rejected` (nothing stored; also for data the database cannot store, a NUL "
+            "character or an integer beyond bigint, and for a handler that failed), 422 for "
+            "a malformed envelope, an unknown command type or data the type cannot decode, "
+            "503 when the database fails. With "
             "`wait_views=true` it answers once every view applied the result's "
             "`position_token` (504 naming the lagging views, with the result, if not in time)."
         ),
@@ -527,6 +521,51 @@ def add_health_route(app: FastAPI, api: Api) -> None:
         tags=["health"],
         response_model=HealthBody,
         responses={503: {"model": HealthBody, "description": "A check failed."}},
+    )
+
+
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def metric_lines(views: Sequence[View]) -> list[str]:
+    """Prometheus text lines: ``tributary_view_up`` (1 when the store answered), the last
+    ``tributary_view_batch_id`` and each of the view's own counters as
+    ``tributary_view_<counter>``, labelled by view."""
+    samples: dict[str, list[str]] = {"up": [], "batch_id": []}
+    for view in views:
+        label = '{view="' + view.name.replace("\\", "\\\\").replace('"', '\\"') + '"}'
+        try:
+            commit = view.store.committed(view.store.live_generation())
+            counters = view.metrics() if view.metrics is not None else {}
+        except Exception:  # a store that does not answer is a sample, not an error
+            samples["up"].append(f"tributary_view_up{label} 0")
+            continue
+        samples["up"].append(f"tributary_view_up{label} 1")
+        samples["batch_id"].append(f"tributary_view_batch_id{label} {commit.batch_id}")
+        for name, value in counters.items():
+            samples.setdefault(name, []).append(f"tributary_view_{name}{label} {value}")
+    lines = []
+    for name, values in samples.items():
+        kind = "counter" if name not in ("up", "batch_id") else "gauge"
+        lines += [f"# TYPE tributary_view_{name} {kind}", *values]
+    return lines
+
+
+def add_metrics_route(app: FastAPI, api: Api) -> None:
+    async def metrics() -> PlainTextResponse:
+        lines = await run_in_threadpool(metric_lines, api.views)
+        return PlainTextResponse("\n".join(lines) + "\n", media_type=PROMETHEUS_TEXT)
+
+    app.add_api_route(
+        "/metrics",
+        metrics,
+        methods=["GET"],
+        summary="Metrics of every view (Prometheus text format)",
+        description="tributary_view_up, tributary_view_batch_id and each view's own counters"
+        " (e.g. tributary_view_late_events of the analytics jobs), labelled by view.",
+        tags=["health"],
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {}}, "description": "The samples."}},
     )
 
 

@@ -1,6 +1,7 @@
 """The HTTP API in process (TestClient) over real stores and a real event store: the view
 queries, the commands, health, waiting for position tokens, and every error as JSON."""
 
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -14,7 +15,7 @@ from connectors.stores.model import Put
 from event_store import CommandBus, EventStore
 from examples.social import social_registry
 from infra.errors import QueryDeclarationError
-from infra.http_api import create_app
+from infra.http_api import create_app, metric_lines
 from projections.view import Query, QueryParam, View
 from tests.integration.api.library import (
     NOTES,
@@ -70,6 +71,28 @@ def test_health_checks_the_database_and_every_view_store(
     assert set(body["checks"]) == {"database", *(f"view:{v.name}" for v in api_views)}
     notes = body["checks"][f"view:{NOTES}"]
     assert notes["status"] == "ok" and notes["store"] == "postgres" and notes["batch_id"] == 0
+
+
+def test_metrics_give_each_view_its_batch_and_counters_in_prometheus_text(
+    client: TestClient, api_views: list[View]
+) -> None:
+    response = client.get("/metrics")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    lines = response.text.splitlines()
+    assert f'tributary_view_up{{view="{NOTES}"}} 1' in lines
+    assert f'tributary_view_batch_id{{view="{NOTES}"}} 0' in lines
+    counted = dataclasses.replace(api_views[0], metrics=lambda: {"late_events": 3})
+    unreachable = dataclasses.replace(api_views[0], name='a "b"', metrics=lambda: 1 // 0)
+    assert metric_lines([counted, unreachable]) == [
+        "# TYPE tributary_view_up gauge",
+        f'tributary_view_up{{view="{NOTES}"}} 1',
+        'tributary_view_up{view="a \\"b\\""} 0',
+        "# TYPE tributary_view_batch_id gauge",
+        f'tributary_view_batch_id{{view="{NOTES}"}} 0',
+        "# TYPE tributary_view_late_events counter",
+        f'tributary_view_late_events{{view="{NOTES}"}} 3',
+    ]
 
 
 def test_min_position_waits_until_the_views_applied_it(

@@ -2,6 +2,7 @@
 
 import uuid
 
+import psycopg
 import pytest
 
 from event_store.prepared import Statement, encode
@@ -34,3 +35,14 @@ def test_arrays_quote_every_element_and_escape_quotes_and_backslashes() -> None:
         encode(values) == b'{"{\\"text\\": \\"say \\\\\\"hi\\\\\\"\\"}","back\\\\slash",NULL,"3"}'
     )
     assert encode([]) == b"{}"
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [("c\x00", "NUL"), (["a", "b\x00"], "NUL"), ("\udc00", "surrogate")],
+)
+def test_text_postgresql_cannot_hold_is_refused_not_truncated(value: object, words: str) -> None:
+    # libpq reads a text parameter up to its first NUL: "c\x00" would arrive as "c"
+    with pytest.raises(psycopg.errors.CharacterNotInRepertoire, match=words) as raised:
+        encode(value)
+    assert raised.value.sqlstate == "22021"
