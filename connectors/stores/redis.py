@@ -652,7 +652,26 @@ class RedisTxn:
         self.shadow = None if live else generation  # None: logical names are physical
         self._stored: dict[Ident, _State | None] = {}  # as Redis holds it before the unit
         self._pending: dict[Ident, _State | None] = {}  # None: deleted in this unit
+        # (collection, lookup field, rendered value) -> pending keys holding it, so a lookup
+        # costs its matches, not every pending write of the collection
+        self._pending_index: dict[tuple[str, str, str], set[str]] = {}
         self._tombs: dict[Ident, int | None] = {}  # None: tombstone removed
+
+    def _stage(self, ident: Ident, state: _State | None) -> None:
+        """Make ``state`` the unit's pending state of ``ident`` (None: deleted), keeping the
+        pending lookup index in step."""
+        collection, key = ident
+        before = self._pending.get(ident)
+        for field in self.store.collection(collection).lookups:
+            old = None if before is None else render(before.fields.get(field))
+            new = None if state is None else render(state.fields.get(field))
+            if old == new:
+                continue
+            if old is not None:
+                self._pending_index.get((collection, field, old), set()).discard(key)
+            if new is not None:
+                self._pending_index.setdefault((collection, field, new), set()).add(key)
+        self._pending[ident] = state
 
     def _physical(self, name: str) -> str:
         return self.names.physical(name, self.shadow)
@@ -709,14 +728,14 @@ class RedisTxn:
             if isinstance(write, Put):
                 count = applied_count(floor, 0 if stored is None else stored.applied, write)
                 try:
-                    self._pending[ident] = _state_of(write.fields, write.position, count)
+                    self._stage(ident, _state_of(write.fields, write.position, count))
                 except (TypeError, ValueError) as exc:
                     rejected.append(Rejected(write, f"{type(exc).__name__}: {exc}"))
                     continue
                 if tomb is not None:
                     self._tombs[ident] = None
             else:
-                self._pending[ident] = None
+                self._stage(ident, None)
                 self._tombs[ident] = write.position
             applied.append(Applied(write, None if stored is None else json.loads(stored.text)))
         return applied
@@ -739,7 +758,7 @@ class RedisTxn:
             return []
         index = self._physical(self.names.index(collection, field, wanted))
         keys = {str(k) for k in self.store.client.smembers(index)}
-        keys.update(k for c, k in self._pending if c == collection)
+        keys.update(self._pending_index.get((collection, field, wanted), ()))
         self._load((collection, k) for k in keys)
         out: list[Entry] = []
         for key in sorted(keys):
@@ -754,7 +773,7 @@ class RedisTxn:
         current = self._current(ident)
         position, applied = (0, 0) if current is None else (current.position, current.applied)
         try:
-            self._pending[ident] = _state_of(fields, position, applied)
+            self._stage(ident, _state_of(fields, position, applied))
         except (TypeError, ValueError) as exc:
             raise StoreError(
                 f"view {self.store.view}: derived write {collection}/{key}: {exc}"
@@ -764,7 +783,7 @@ class RedisTxn:
         self.store.collection(collection)
         ident = (collection, key)
         self._current(ident)
-        self._pending[ident] = None
+        self._stage(ident, None)
 
     # -- the commit ----------------------------------------------------------------------
 
