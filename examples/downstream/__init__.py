@@ -1,0 +1,1 @@
+"""Subscriber examples for downstream teams (docs/downstream.md); a test runs both as written."""

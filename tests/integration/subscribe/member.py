@@ -1,0 +1,38 @@
+"""A group member in its own process (so a test can ``kill -9`` it): prints its assignment
+(``A topic:partition ...``) when it changes and each record it handles (``R partition offset
+stream_id version``), then sleeps ``delay`` seconds per record (a slow handler).
+
+    python -m tests.integration.subscribe.member BOOTSTRAP TOPIC GROUP DELAY
+"""
+
+import sys
+import time
+
+from connectors.kafka import KafkaConfig
+from connectors.subscriber import subscribe
+from tests.integration.subscribe.conftest import GROUP_PROPERTIES
+
+
+def main(bootstrap: str, topic: str, group: str, delay: float) -> None:
+    kafka = KafkaConfig(bootstrap, client_id="member")
+    shown: list[tuple[str, int]] = []
+    with subscribe(
+        [topic], group, kafka=kafka, commit_interval=0.2, properties=GROUP_PROPERTIES
+    ) as subscriber:
+        while True:
+            delivery = subscriber.poll(0.2)
+            if subscriber.assignment() != shown:
+                shown = subscriber.assignment()
+                print("A", *(f"{t}:{p}" for t, p in shown), flush=True)
+            if delivery is None:
+                continue
+            event = delivery.value
+            stream = getattr(event, "stream_id", "-")
+            version = getattr(event, "version", 0)
+            pos = delivery.position
+            print("R", pos.partition, pos.offset, stream, version, flush=True)
+            time.sleep(delay)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]))
