@@ -1,6 +1,7 @@
 """Benchmark: rebuild the mirror of a CDC topic from offset zero (not a test).
 
     .venv/bin/python bench/replay.py [--sizes 200000,1000000] [--keys-per 10] [--partitions 4]
+    .venv/bin/python bench/replay.py --views social [--events 200000] [--users 2000]
 
 Starts its own local stack (PostgreSQL, SeaweedFS + Tansu, Redis) on free ports and, for each
 size, fills ``cdc.public.bench<N>`` with Debezium-format changes (inserts, updates, deletes
@@ -15,6 +16,13 @@ with tombstones over N/keys-per keys), then measures in the same run:
 and prints records/s, the ratio to the plain read, and where the replay's time goes: reading and
 folding (Spark jobs, executors), writing (the store's transactions), the swap, and the rest
 (query start, planning and Spark's overhead per batch).
+
+``--views social`` instead fills ``cdc.public.users``, ``events.post`` and ``events.follows``
+with a social workload in CDC's wire formats (``bench/social_workload.py`` says which mix) and,
+for each of the search index (tantivy), the profile cache (Redis) and the home timeline
+(PostgreSQL) of ``examples.social.views``, measures a plain read of the view's topics and the
+view's ``replay``, then checks the rebuilt view against the workload's model of the source of
+truth (so a broken replay cannot pass for a fast one).
 """
 
 import argparse
@@ -32,10 +40,14 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.social_workload import BenchFeed, expected_profiles, fill_social
 from connectors.kafka import KafkaConfig, TopicAdmin, state_topic
 from connectors.kafka.config import ClientValue
+from examples.social.views import social_views
+from examples.social.views.reference import expected_search, timelines_by_sql
 from infra.stack import LocalStack
 from projections.mirror import fold_changes
+from projections.view import View
 from spark_streaming.kafka_offsets import OffsetRange
 from spark_streaming.kafka_options import KafkaSourceOptions
 from spark_streaming.kafka_reader import read_range
@@ -133,6 +145,21 @@ def plain_read(kafka: KafkaConfig, topic: str, ends: dict[int, int], decode: boo
                     value = message.value()
                     if value is not None:
                         json.loads(value)
+                left -= 1
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed
+
+
+def plain_read_topics(kafka: KafkaConfig, ends: dict[tuple[str, int], int]) -> float:
+    """Seconds for a plain assigned consumer to read every record of several topics."""
+    consumer = Consumer(kafka.client_properties(**PLAIN_CONSUMER))
+    started = time.perf_counter()
+    consumer.assign([TopicPartition(topic, p, 0) for topic, p in ends])
+    left = sum(ends.values())
+    while left > 0:
+        for message in consumer.consume(min(left, 10_000), timeout=1.0):
+            if message.error() is None:
                 left -= 1
     elapsed = time.perf_counter() - started
     consumer.close()
@@ -251,12 +278,109 @@ def run_size(
     )
 
 
+def timeline_rows(dsn: str, schema: str) -> dict[int, list[int]]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            f"SELECT user_id, post_id FROM {schema}.timeline"
+            " ORDER BY user_id, created_at DESC, post_id DESC"
+        ).fetchall()
+    out: dict[int, list[int]] = {}
+    for user_id, post_id in rows:
+        out.setdefault(int(user_id), []).append(int(post_id))
+    return out
+
+
+def check_social(view: View, feed: BenchFeed, dsn: str, schema: str) -> str:
+    """Compare the replayed view with the workload's model; returns what it holds."""
+    state = feed.state
+    if view.name == "profile":
+        held: Any = {int(e.key): dict(e.fields) for e in view.store.scan("profiles")}
+        assert held == expected_profiles(state), f"profile: {len(held)} profiles differ"
+        return f"{len(held):,} profiles == users"
+    if view.name == "search":
+        keep = ("text", "hashtags", "author_handle", "author_name")
+        held = {int(e.key): {k: e.fields.get(k) for k in keep} for e in view.store.scan("posts")}
+        assert held == expected_search(state), f"search: {len(held)} documents differ"
+        return f"{len(held):,} documents == live posts"
+    held = timeline_rows(dsn, schema)
+    assert held == timelines_by_sql(dsn, state.posts.values(), state.follows), "timeline differs"
+    return f"{sum(len(v) for v in held.values()):,} rows, {len(held):,} users == SQL join"
+
+
+def run_social(
+    spark: Any, settings: Any, work: Path, events: int, users: int, partitions: int, batch: int
+) -> None:
+    kafka = settings.kafka("bench")
+    dsn = settings.postgres().dsn
+    started = time.perf_counter()
+    feed = BenchFeed(kafka, "cdc", partitions=partitions)
+    done = fill_social(feed, events, users)
+    state = feed.state
+    print(
+        f"\n== social views: {feed.records:,} records, {partitions} partitions"
+        f" (filled in {time.perf_counter() - started:.1f}s)\n"
+        + ", ".join(f"{kind} {n:,}" for kind, n in done.items())
+        + f"; at the end {len(state.users):,} users, {len(state.posts):,} live posts,"
+        f" {len(state.follows):,} follow edges"
+    )
+    config = ViewsConfig(
+        kafka=kafka,
+        postgres_dsn=dsn,
+        views_schema="views",
+        checkpoint_root=work / "checkpoints-social",
+        redis_url=settings.cache_url,
+        index_root=work / "indexes",
+        view_factories=("examples.social.views:social_views",),
+        replay_max_offsets_per_trigger=batch,
+    )
+    views = social_views(config)
+    admin = TopicAdmin(kafka)
+    source_alone(spark, kafka, "events.post", work / "warm-social", batch)  # JVM and workers warm
+    results = []
+    for view in views:
+        ends = {(t, p): e for t in view.topics for p, e in admin.end_offsets(t).items()}
+        total = sum(ends.values())
+        plain_s = min(plain_read_topics(kafka, ends) for _ in range(2))
+        started = time.perf_counter()
+        result = replay(spark, view, kafka, config.job_options(replay=True))
+        replay_s = time.perf_counter() - started
+        assert result.records == total, (view.name, result.records, total)
+        started = time.perf_counter()
+        held = check_social(view, feed, dsn, config.views_schema)
+        check_s = time.perf_counter() - started
+        results.append((view, total, plain_s, replay_s, result, held, check_s))
+        print(f"  {view.name}: replayed in {replay_s:.1f}s, checked: {held}", flush=True)
+
+    print(f"{'view':<9}{'records':>9}{'plain s':>9}{'plain/s':>11}{'replay s':>10}{'events/s':>10}")
+    for view, total, plain_s, replay_s, result, _, _ in results:
+        print(
+            f"{view.name:<9}{total:>9,}{plain_s:>9.2f}{total / plain_s:>11,.0f}{replay_s:>10.2f}"
+            f"{total / replay_s:>10,.0f}  {plain_s / replay_s:.3f}x plain"
+            f" ({result.batches} batches)"
+        )
+    for view, _, _, replay_s, result, held, check_s in results:
+        other = replay_s - result.fold_s - result.write_s - result.swap_s
+        print(
+            f"{view.name}: topics {', '.join(view.topics)}; read+fold {result.fold_s:.2f}s,"
+            f" write {result.write_s:.2f}s, swap {result.swap_s:.2f}s, rest {other:.2f}s;"
+            f" checked ({check_s:.1f}s): {held}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="200000,1000000")
     parser.add_argument("--keys-per", type=int, default=10, help="records per key")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--batch", type=int, default=500_000, help="maxOffsetsPerTrigger")
+    parser.add_argument(
+        "--views",
+        choices=("mirror", "social"),
+        default="mirror",
+        help="mirror: the mirror of one table per size; social: search, profile and timeline",
+    )
+    parser.add_argument("--events", type=int, default=200_000, help="social: records in all")
+    parser.add_argument("--users", type=int, default=2_000, help="social: users")
     args = parser.parse_args()
 
     settings = isolated_settings("tributary-bench-")
@@ -270,8 +394,11 @@ def main() -> None:
             driver_memory="2g",
             local_dir=str(work / "spark"),
         )
-        for size in (int(s) for s in args.sizes.split(",")):
-            run_size(spark, settings, work, size, args.keys_per, args.partitions, args.batch)
+        if args.views == "social":
+            run_social(spark, settings, work, args.events, args.users, args.partitions, args.batch)
+        else:
+            for size in (int(s) for s in args.sizes.split(",")):
+                run_size(spark, settings, work, size, args.keys_per, args.partitions, args.batch)
         spark.stop()
     finally:
         stack.down()
