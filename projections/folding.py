@@ -40,11 +40,27 @@ FOLDED_SCHEMA = pa.schema(
     ]
 )
 
-FOLDED_DDL = (
-    "collection string, key string, position long, deleted boolean, fields string,"
-    " member string, changes array<long>, fresh boolean, topic string, partition int,"
-    " offset long, error string, raw_key binary, raw_value binary"
-)
+SPARK_TYPES = {
+    pa.string(): "string",
+    pa.int64(): "long",
+    pa.int32(): "int",
+    pa.bool_(): "boolean",
+    pa.binary(): "binary",
+}
+
+
+def spark_ddl(schema: pa.Schema) -> str:
+    """The Spark DDL of an Arrow schema (the types folds use; lists of them as arrays)."""
+
+    def kind(t: pa.DataType) -> str:
+        if pa.types.is_list(t):
+            return f"array<{kind(t.value_type)}>"
+        return SPARK_TYPES[t]
+
+    return ", ".join(f"{f.name} {kind(f.type)}" for f in schema)
+
+
+FOLDED_DDL = spark_ddl(FOLDED_SCHEMA)
 
 
 def records_table(batches: Iterable[pa.RecordBatch]) -> pa.Table:

@@ -26,7 +26,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from examples.social.views.folds import decode_event
-from projections.folding import parse_json, records_table
+from projections.folding import parse_json, records_table, spark_ddl
 from projections.time import Lateness, with_event_time
 
 INPUT_SCHEMA = pa.schema(
@@ -55,12 +55,7 @@ INPUT_SCHEMA = pa.schema(
     ]
 )
 
-INPUT_DDL = (
-    "kind string, event_id string, session_id string, user_id long, other_id long,"
-    " post_id long, query string, search_id string, search_time long, tags array<string>,"
-    " profile string, event_time long, sent_time long, received_time long, version long,"
-    " topic string, partition int, offset long, error string, raw_key binary, raw_value binary"
-)
+INPUT_DDL = spark_ddl(INPUT_SCHEMA)
 
 ACTIVITY_JSON = pa.schema(
     [
