@@ -167,6 +167,9 @@ class DebeziumPostgresConfig:
                 "offset.flush.timeout.ms": "10000",
                 "converter.schemas.enable": "false",
                 "record.processing.order": "ORDERED",
+                # A stop lets the batch in hand finish publishing and commit its offset (the
+                # default, 10 s, can cut a slow publish short and re-deliver the batch).
+                "record.processing.shutdown.timeout.ms": "30000",
             }
         )
         return props

@@ -150,6 +150,12 @@ class Settings(BaseSettings):
         description="More librdkafka properties for every Kafka client, comma-separated"
         " key=value (e.g. sasl.oauthbearer.method=oidc,socket.timeout.ms=30000).",
     )
+    kafka_admin_timeout_s: float = Field(
+        15.0,
+        gt=0,
+        description="How long a Kafka metadata or topic call (status, views, topic creation)"
+        " waits for the brokers before it fails with 'cannot reach Kafka'.",
+    )
 
     # Who may do what (the HTTP API).
     api_token: SecretStr | None = Field(
@@ -348,6 +354,7 @@ class Settings(BaseSettings):
             bootstrap_servers=self.bootstrap_servers,
             client_id=client_id,
             extra=self.kafka_properties(),
+            admin_timeout_s=self.kafka_admin_timeout_s,
         )
 
     def postgres(self) -> PostgresConfig:

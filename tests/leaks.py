@@ -37,6 +37,7 @@ def secret_settings(home: Path, port: int, pg_password: str = PG) -> dict[str, s
         "kafka_sasl_password": SASL,
         "kafka_ssl_key_password": SSL_KEY,
         "kafka_extra": f"ssl.keystore.password={KEYSTORE}",
+        "kafka_admin_timeout_s": "3",  # nothing listens: fail fast
         "api_token": COMMAND_TOKEN,
         "api_read_token": READ_TOKEN,
     }

@@ -63,9 +63,9 @@ def _raise(message: str, exc: Exception) -> KafkaError:
 class TopicAdmin:
     """Creates, checks, describes and lists topics."""
 
-    def __init__(self, config: KafkaConfig, timeout: float = 15.0) -> None:
+    def __init__(self, config: KafkaConfig, timeout: float | None = None) -> None:
         self._config = config
-        self._timeout = timeout
+        self._timeout = config.admin_timeout_s if timeout is None else timeout
         try:
             self._admin = AdminClient(config.client_properties())
         except KafkaException as exc:  # a property librdkafka refuses, a key it cannot load

@@ -26,6 +26,7 @@ class KafkaConfig:
     bootstrap_servers: str
     client_id: str = "tributary"
     extra: dict[str, str] = field(default_factory=dict)
+    admin_timeout_s: float = 15.0  # metadata and topic calls of TopicAdmin
 
     def client_properties(self, **overrides: ClientValue) -> dict[str, ClientValue]:
         """librdkafka properties for any client: bootstrap, client id, extras, then overrides."""

@@ -9,12 +9,13 @@ never by counting records.
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
 from connectors.errors import KafkaError
 from connectors.kafka.admin import TopicAdmin
 from connectors.kafka.config import ClientValue, KafkaConfig
+from connectors.kafka.fetching import FETCH_WAITS_MS, longer_wait, range_fetch, stall_s
 from connectors.kafka.offsets import probe_consumer, true_watermarks
 
 
@@ -31,65 +32,86 @@ class Record:
 
 
 def read_topic(kafka: KafkaConfig, topic: str, timeout: float = 60.0) -> list[Record]:
-    """Every record of the topic now, partition by partition in offset order."""
+    """Every record of the topic now, partition by partition in offset order. ``timeout`` is
+    how long a partition may go without bringing a record before the read fails."""
     partitions = TopicAdmin(kafka).partition_count(topic) or 0
     probe = probe_consumer(kafka)
     try:
         marks = true_watermarks(probe, [(topic, p) for p in range(partitions)])
     finally:
         probe.close()
+    out: list[Record] = []
+    for p in range(partitions):
+        low, high = marks[(topic, p)]
+        if high > low:
+            out.extend(_read_partition(kafka, topic, p, low, high, timeout))
+    return out
+
+
+def _consumer(kafka: KafkaConfig, wait_ms: int, records: int) -> Consumer:
     props: dict[str, ClientValue] = {
         "group.id": "tributary-reader",
         "enable.auto.commit": False,
         "enable.partition.eof": True,
-        "fetch.wait.max.ms": 10,
+        **range_fetch(wait_ms, records),
     }
-    consumer = Consumer(kafka.client_properties(**props))
-    out: list[Record] = []
-    try:
-        for p in range(partitions):
-            low, high = marks[(topic, p)]
-            if high > low:
-                out.extend(_read_partition(consumer, topic, p, low, high, timeout))
-    finally:
-        consumer.close()
-    return out
+    return Consumer(kafka.client_properties(**props))
 
 
 def _read_partition(
-    consumer: Consumer, topic: str, partition: int, low: int, high: int, timeout: float
+    kafka: KafkaConfig, topic: str, partition: int, low: int, high: int, timeout: float
 ) -> list[Record]:
-    consumer.assign([TopicPartition(topic, partition, low)])
+    """Records from ``low`` until the position reaches ``high``; when fetches bring nothing for
+    a while the consumer is opened again with a longer fetch wait (see ``fetching``)."""
     out: list[Record] = []
     position = low
+    wait = FETCH_WAITS_MS[0]
     deadline = time.monotonic() + timeout
     while position < high:
-        if time.monotonic() > deadline:
-            raise KafkaError(
-                f"{topic}[{partition}]: read up to offset {position} of {high} in {timeout:.0f}s"
-            )
-        # Ask for no more than what may still be there: consume() waits out its timeout when
-        # fewer messages remain.
-        for msg in consumer.consume(min(high - position, 10_000), timeout=1):
-            err = msg.error()
-            if err is not None:
-                if err.code() == RdKafkaError._PARTITION_EOF:
-                    # At the log's end: offsets still below it hold no record (compacted
-                    # away, transaction markers).
-                    if (msg.offset() or 0) >= high:
-                        position = high
-                    continue
-                raise KafkaError(f"reading {topic}[{partition}]: {err.str()}", err.name())
-            offset = msg.offset() or 0
-            if offset >= high:
-                position = high
-                break
-            position = offset + 1
-            out.append(
-                Record(topic, partition, offset, msg.key(), msg.value(), _headers(msg.headers()))
-            )
-    consumer.unassign()
+        consumer = _consumer(kafka, wait, high - position)
+        try:
+            consumer.assign([TopicPartition(topic, partition, position)])
+            quiet_until = time.monotonic() + stall_s(wait)
+            while position < high:
+                # Ask for no more than what may still be there: consume() waits out its
+                # timeout when fewer messages remain.
+                messages = consumer.consume(min(high - position, 10_000), timeout=0.5)
+                now = time.monotonic()
+                if messages:
+                    quiet_until, deadline = now + stall_s(wait), now + timeout
+                elif now > deadline:
+                    raise KafkaError(
+                        f"{topic}[{partition}]: no record for {timeout:.0f}s at offset"
+                        f" {position} of {high}"
+                    )
+                elif now > quiet_until:
+                    break
+                for msg in messages:
+                    position = _take(msg, topic, partition, position, high, out)
+                    if position >= high:
+                        break
+        finally:
+            consumer.close()
+        wait = longer_wait(wait)
     return out
+
+
+def _take(
+    msg: Message, topic: str, partition: int, position: int, high: int, out: list[Record]
+) -> int:
+    """Add one consumed message to ``out``; the position after it."""
+    err = msg.error()
+    if err is not None:
+        if err.code() == RdKafkaError._PARTITION_EOF:
+            # At the log's end: offsets still below it hold no record (compacted away,
+            # transaction markers).
+            return high if (msg.offset() or 0) >= high else position
+        raise KafkaError(f"reading {topic}[{partition}]: {err.str()}", err.name())
+    offset = msg.offset() or 0
+    if offset >= high:
+        return high
+    out.append(Record(topic, partition, offset, msg.key(), msg.value(), _headers(msg.headers())))
+    return offset + 1
 
 
 def _headers(

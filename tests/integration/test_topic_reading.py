@@ -37,3 +37,18 @@ def test_a_partition_with_transaction_markers_is_read_whole(stack: Endpoints, un
     assert time.monotonic() - started < 10  # no wait for records that will never come
     assert [r.offset for r in records] == [0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11]
     assert [r.value for r in records][-3:] == [b"committed-2"] * 3
+
+
+def test_a_partition_of_many_small_batches_is_read_whole(stack: Endpoints, unique: str) -> None:
+    """One record per produce request, as CDC publishes a trickle of commands: on Tansu a fetch
+    with a short wait lists only the first few batches and, further on, comes back empty below
+    the high watermark; a reader that keeps that wait never reaches the end."""
+    topic = f"small-batches-{unique}"
+    TopicAdmin(stack.kafka).ensure(state_topic(topic, 1))
+    producer = Producer(stack.kafka.client_properties(**{"linger.ms": 0}))
+    for i in range(300):
+        producer.produce(topic, key=f"k{i}".encode(), value=b"v" * 200)
+        assert producer.flush(30) == 0  # each record its own batch
+    records = read_topic(stack.kafka, topic, timeout=30)
+    assert [r.offset for r in records] == list(range(300))
+    assert [r.key for r in records] == [f"k{i}".encode() for i in range(300)]

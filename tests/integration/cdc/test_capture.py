@@ -4,6 +4,7 @@ clean stops, failures, and the slots left behind."""
 import json
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable
 
 import psycopg
@@ -84,8 +85,8 @@ def test_sigterm_commits_so_a_restart_redelivers_nothing(
     connector.wait_running()
     sql(stack, f"INSERT INTO {table} SELECT g, 'n' || g FROM generate_series(1, 500) g")
     wait_until(lambda: topic_length(stack, topic) >= 500, 60, "500 changes")
-    assert connector.terminate() == 0
-    assert connector.status()["state"] == "stopped"
+    assert connector.terminate() == 0, connector.output()
+    assert connector.status()["state"] == "stopped", connector.output()
     assert "stopped cleanly" in connector.output()
 
     connector.start()
@@ -93,7 +94,10 @@ def test_sigterm_commits_so_a_restart_redelivers_nothing(
     sql(stack, f"INSERT INTO {table} VALUES (501, 'after restart')")
     wait_until(lambda: topic_length(stack, topic) >= 501, 60, "the change after the restart")
     keys = [json.loads(r.key or b"")["id"] for r in read_topic(stack.kafka, topic)]
-    assert keys == list(range(1, 502))  # nothing delivered twice, nothing lost
+    twice = sorted(k for k, n in Counter(keys).items() if n > 1)
+    missing = sorted(set(range(1, 502)) - set(keys))
+    detail = f"twice: {twice[:20]}, missing: {missing[:20]}\n{connector.output()}"
+    assert keys == list(range(1, 502)), detail  # nothing delivered twice, nothing lost
 
 
 def test_a_publish_failure_stops_the_connector_and_skips_nothing(
