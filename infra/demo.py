@@ -258,11 +258,12 @@ def fill(demo: Demo, dsn: str) -> None:
                 accepted += 1
             if n % 25 == 0:
                 live.update(progress_table(demo, dsn, n, accepted))
-        wait_for(lambda: caught_up(demo), 240, "the views to catch up")
+        posts = sum(1 for kind, _ in commands if kind == "CreatePost")
+        # Lag 0 alone is not enough: a topic CDC has not created yet has no lag either.
+        wait_for(lambda: settled(demo, dsn, posts), 240, "the views to hold what was sent")
         live.update(progress_table(demo, dsn, len(commands), accepted))
     console.print()
     held = counts(demo, dsn)
-    posts = sum(1 for kind, _ in commands if kind == "CreatePost")
     demo.check(
         "search index", held["search"] == posts, f"{held['search']} of {posts} posts indexed"
     )
@@ -277,6 +278,19 @@ def fill(demo: Demo, dsn: str) -> None:
 def caught_up(demo: Demo) -> bool:
     statuses = view_statuses(list(demo.views.values()), demo.settings.kafka("demo"))
     return all(st.lag == 0 and st.error is None for st in statuses)
+
+
+def settled(demo: Demo, dsn: str, posts: int) -> bool:
+    """The views hold every post and user sent, and have nothing left to read."""
+    held = counts(demo, dsn)
+    people = len(PEOPLE)
+    return (
+        held["search"] == posts
+        and held["profile"] == people
+        and held["mirror.public.users"] == people
+        and held["timeline"] > 0
+        and caught_up(demo)
+    )
 
 
 # -- 5. a rename, a delete, a replay -------------------------------------------------------

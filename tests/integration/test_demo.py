@@ -25,7 +25,7 @@ def test_the_demo_runs_end_to_end_in_a_fresh_home() -> None:
             timeout=900,
         )
         output = done.stdout + done.stderr
-        assert done.returncode == 0, output[-6000:]
+        assert done.returncode == 0, output[-6000:] + _part_logs(settings.home / "logs")
         assert "summary" in output and "FAILED" not in output
         for check in (
             "search index",
@@ -45,3 +45,13 @@ def test_the_demo_runs_end_to_end_in_a_fresh_home() -> None:
             timeout=300,
         )
         shutil.rmtree(settings.home.parent, ignore_errors=True)
+
+
+def _part_logs(folder: Path) -> str:
+    """The end of each supervised part's log, to tell why a failed demo failed."""
+    if not folder.is_dir():
+        return ""
+    return "".join(
+        f"\n--- {log.name} ---\n{log.read_text(errors='replace')[-2500:]}"
+        for log in sorted(folder.glob("run-*.log"))
+    )
