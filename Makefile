@@ -5,7 +5,7 @@ BIN     = $(VENV)/bin
 APT_PACKAGES = postgresql-15 postgresql-contrib redis-server openjdk-17-jre-headless
 PYTEST_ARGS ?=
 
-.PHONY: setup system-packages test unit integration lint demo bench clean
+.PHONY: setup system-packages test unit integration lint demo bench chaos clean
 
 setup: system-packages $(VENV)/.installed
 
@@ -48,6 +48,12 @@ demo: setup
 bench: setup
 	$(BIN)/python -m pip install -q -e ".[dev,bench]"
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# Not part of the tests: kill -9 of every part under load, N trials each (tests/chaos).
+# e.g. make chaos CHAOS_ARGS="--trials 2 --parts broker,views"
+CHAOS_ARGS ?=
+chaos: setup
+	$(BIN)/python -m tests.chaos $(CHAOS_ARGS)
 
 clean:
 	-$(BIN)/tributary down --purge
