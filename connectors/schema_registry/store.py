@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError as RdKafkaError
 
 from connectors.kafka.admin import TopicAdmin
 from connectors.kafka.config import ClientValue, KafkaConfig
+from connectors.kafka.fetching import longer_wait, range_fetch, stall_s
 from connectors.kafka.topics import state_topic
 from connectors.schema_registry.errors import RegistryStoreError, RegistryTimeoutError
 from connectors.schema_registry.records import NOOP_KEY, RegistryState
@@ -26,6 +27,9 @@ from connectors.schema_registry.registry import SchemaRegistry
 log = logging.getLogger(__name__)
 
 DEFAULT_TOPIC = "_schemas"
+
+
+TAIL_FETCH_WAIT_MS = 10
 
 
 class KafkaSchemaLog:
@@ -43,6 +47,7 @@ class KafkaSchemaLog:
         self.topic = topic
         self.timeout = timeout
         self._applied = 0  # the next offset the reader will apply
+        self._wanted = 0  # the offset a writer waits for the reader to pass
         self._progress = threading.Condition()
         self._stop = threading.Event()
         self._failure: str | None = None
@@ -116,6 +121,7 @@ class KafkaSchemaLog:
     def _wait_applied(self, offset: int) -> None:
         deadline = time.monotonic() + self.timeout
         with self._progress:
+            self._wanted = max(self._wanted, offset + 1)
             while self._applied <= offset:
                 if self._failure is not None:
                     raise RegistryStoreError(f"reading {self.topic} failed: {self._failure}")
@@ -127,18 +133,37 @@ class KafkaSchemaLog:
                     )
                 self._progress.wait(min(left, 0.5))
 
-    def _read(self) -> None:
+    def _consumer(self, wait_ms: int) -> Consumer:
         props: dict[str, ClientValue] = {
             "group.id": f"tributary-schema-registry-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 10,
+            **range_fetch(wait_ms, 64),
         }
         consumer = Consumer(self.kafka.client_properties(**props))
-        consumer.assign([TopicPartition(self.topic, 0, 0)])
+        consumer.assign([TopicPartition(self.topic, 0, self._applied)])
+        return consumer
+
+    def _read(self) -> None:
+        """Apply the topic's records as they come. Each registration is a batch of its own; on
+        Tansu a short fetch wait can stop bringing records below the end of a log of many
+        small batches, so while a writer waits and fetches bring nothing, the consumer is
+        opened again at the applied offset with a longer wait (``connectors.kafka.fetching``)."""
+        wait = TAIL_FETCH_WAIT_MS  # a write waits for its own record: answer quickly
+        consumer = self._consumer(wait)
+        quiet_until = time.monotonic() + stall_s(wait)
         try:
             while not self._stop.is_set():
-                for msg in consumer.consume(500, timeout=0.2):
+                messages = consumer.consume(500, timeout=0.2)
+                now = time.monotonic()
+                if messages:
+                    quiet_until = now + stall_s(wait)
+                elif now > quiet_until and self._wanted > self._applied:
+                    consumer.close()
+                    wait = longer_wait(wait)
+                    consumer = self._consumer(wait)
+                    quiet_until = now + stall_s(wait)
+                for msg in messages:
                     err = msg.error()
                     if err is not None:
                         if err.code() != RdKafkaError._PARTITION_EOF:

@@ -283,3 +283,32 @@ def test_store_reads_past_foreign_records(stack: Endpoints, registry_topic: str)
         assert isinstance(store, KafkaSchemaLog) and store.applied_offset >= 2
     finally:
         store.close()
+
+
+def test_many_concurrent_registrations_all_land(
+    start_registry: Callable[[], RunningRegistry], unique: str
+) -> None:
+    """16 clients register 8 subjects each at once: every write is a batch of its own on the
+    store's topic, and the registry's reader must keep reading past hundreds of them (on Tansu
+    a short fetch wait stopped bringing records, and every later request timed out)."""
+    url = start_registry().url
+    subjects = [f"load-{unique}-{c}-{n}" for c in range(16) for n in range(8)]
+    ids: dict[str, int] = {}
+
+    def client(c: int) -> None:
+        registry = SchemaRegistryClient({"url": url, "timeout": 60})
+        for n in range(8):
+            subject = f"load-{unique}-{c}-{n}"
+            ids[subject] = registry.register_schema(subject, avro({**POST_V1, "name": f"P{c}x{n}"}))
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(180)
+    assert sorted(ids) == sorted(subjects)
+    assert len(set(ids.values())) == len(subjects)  # distinct schemas, distinct ids
+    fresh = SchemaRegistryClient({"url": url})
+    assert set(subjects) <= set(fresh.get_subjects())
+    for subject in subjects[::16]:
+        assert fresh.get_latest_version(subject).schema_id == ids[subject]
