@@ -53,6 +53,16 @@ class RegistryClient:
     def version(self, subject: str, version: int | str = "latest") -> dict[str, Any]:
         return dict(self._call("GET", f"/subjects/{quote(subject, safe='')}/versions/{version}"))
 
+    def register(self, subject: str, schema: str) -> int:
+        """Register ``schema`` under ``subject`` (its id; the same id again when it already
+        is registered); error 409 when it is incompatible with the subject's versions."""
+        path = f"/subjects/{quote(subject, safe='')}/versions"
+        return int(self._call("POST", path, {"schema": schema})["id"])
+
+    def schema_text(self, schema_id: int) -> str:
+        """The schema with this id, as JSON text (``GET /schemas/ids/{id}``)."""
+        return str(self._call("GET", f"/schemas/ids/{int(schema_id)}")["schema"])
+
     def level(self, subject: str | None = None) -> str:
         if subject is not None:
             try:
