@@ -5,8 +5,9 @@ routed by ``stream_type``, encoded with the Avro schema ``schema_id`` names). A 
 UPDATE, DELETE and TRUNCATE for every role, owner included, and :func:`grant_application_role`
 gives the application only SELECT and INSERT on it. ``transaction_id`` is the writer's
 transaction id (``pg_current_xact_id()``), which :meth:`EventStore.read_all` uses to order
-and to hold readers back behind running writers. ``published_streams`` is where the CDC connector records, per stream, the last
-published version and the Kafka topic, partition and offset of its record (updated in place).
+and to hold readers back behind running writers. ``published_streams`` is where the CDC
+connector records, per stream, the last published version and the Kafka topic, partition
+and offset of its record (updated in place).
 """
 
 import re

@@ -62,6 +62,7 @@ def _cli(
         **os.environ,
         "TRIBUTARY_HOME": str(tmp),
         "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        "TRIBUTARY_SCHEMA_REGISTRY_URL": stack.settings.registry_url,
         "TRIBUTARY_POSTGRES_URL": stack.database_url,
         "TRIBUTARY_COMMANDS_TOPIC": topics.commands,
         "TRIBUTARY_COMMAND_RESULTS_TOPIC": topics.results,
