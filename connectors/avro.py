@@ -29,6 +29,7 @@ from typing import Any
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from connectors.errors import ConnectorError
+from connectors.schema_registry.errors import RegistryUnavailableError
 
 MAGIC = b"\x00"
 HEADER_SIZE = 5
@@ -168,9 +169,9 @@ class SchemaCache:
                 if found is None:
                     try:
                         text = self._fetch(schema_id)
+                    except RegistryUnavailableError:
+                        raise  # the registry is down: retry later, not a dead letter
                     except ConnectorError as exc:
-                        if getattr(exc, "error_code", None) not in (40403, 404):
-                            raise  # the registry is down: retry later, not a dead letter
                         raise AvroDecodeError(f"schema id {schema_id}: {exc}") from exc
                     found = self._by_id[schema_id] = AvroSchema.of(text)
         return found

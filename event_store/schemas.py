@@ -173,7 +173,7 @@ def register_event_schemas(
     """Register each class's schema under its subject, oldest version first; the schema ids
     by (event name, schema version). Raises :class:`EventSchemaError` naming the event and
     the incompatible fields when the registry refuses one (nothing of it can be appended)."""
-    from connectors.schema_registry.errors import SchemaRegistryError
+    from connectors.schema_registry.errors import RegistryUnavailableError, SchemaRegistryError
 
     ids: dict[tuple[str, int], int] = {}
     for cls in sorted(classes, key=lambda c: (c.event_name, c.schema_version)):
@@ -182,6 +182,8 @@ def register_event_schemas(
         document = _document(schema)
         try:
             ids[(cls.event_name, cls.schema_version)] = registry.register(subject, document)
+        except RegistryUnavailableError:
+            raise  # not the schema's fault: the caller retries or fails as unavailable
         except SchemaRegistryError as exc:
             if exc.error_code != 409:
                 raise EventSchemaError(

@@ -7,7 +7,7 @@ from urllib.parse import quote
 import httpx
 
 from connectors.schema_registry.api import CONTENT_TYPE
-from connectors.schema_registry.errors import SchemaRegistryError
+from connectors.schema_registry.errors import RegistryUnavailableError, SchemaRegistryError
 from tributary.redact import redact_url
 
 
@@ -30,10 +30,9 @@ class RegistryClient:
         try:
             answer = self._http.request(method, path, content=content, headers=headers)
         except httpx.HTTPError as exc:
-            raise SchemaRegistryError(
+            raise RegistryUnavailableError(
                 f"the schema registry at {redact_url(self.url)} does not answer ({exc}): start"
                 " it with `tributary up`, or set TRIBUTARY_SCHEMA_REGISTRY_URL",
-                50002,
             ) from exc
         if answer.is_success:
             return answer.json() if answer.content else None

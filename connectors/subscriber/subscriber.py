@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaExcepti
 from connectors.changes import ChangeEvent
 from connectors.kafka.admin import TopicAdmin
 from connectors.kafka.config import ClientValue, KafkaConfig
-from connectors.schema_registry.errors import SchemaRegistryError
+from connectors.schema_registry.errors import RegistryUnavailableError
 from connectors.subscriber.errors import SubscriberError
 from connectors.subscriber.policies import DeadLetters, ErrorPolicy, Undecodable
 from connectors.subscriber.records import (
@@ -163,7 +163,7 @@ class Subscriber(Generic[E]):
         headers = _headers(msg.headers())
         try:
             decoded = self._decode(position.topic, key, value, headers)
-        except SchemaRegistryError:
+        except RegistryUnavailableError:
             raise  # the registry does not answer: not the record's fault
         except Exception as exc:  # any decoder failure is the record's fault, not ours
             failed = Undecodable(position, key, value, headers, _reason(exc), exc, self.group_id)

@@ -27,7 +27,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from connectors.avro import SchemaCache, registry_schemas
-from connectors.schema_registry.errors import SchemaRegistryError
+from connectors.schema_registry.errors import RegistryUnavailableError
 from examples.social.views.folds import decode_event
 from projections.folding import parse_json, records_table, spark_ddl
 from projections.time import Lateness, with_event_time
@@ -191,7 +191,7 @@ def _event_rows(part: pa.Table, schemas: SchemaCache) -> list[dict[str, Any] | N
             continue
         try:
             rows.append(_event_row(decode_event(value, schemas)))
-        except SchemaRegistryError:
+        except RegistryUnavailableError:
             raise  # the registry does not answer: the batch fails and is retried
         except Exception as exc:  # any undecodable record is a dead letter, never a stop
             rows.append({"error": f"not a readable event: {type(exc).__name__}: {exc}"})

@@ -29,7 +29,7 @@ import pyarrow.json as pj  # type: ignore[import-untyped]
 from pydantic_core import to_jsonable_python
 
 from connectors.avro import MAGIC, SchemaCache, event_parts, registry_schemas
-from connectors.schema_registry.errors import SchemaRegistryError
+from connectors.schema_registry.errors import RegistryUnavailableError
 from event_store.event import Position, RecordedEvent
 from examples.social.posts import POST_UPCASTERS
 from projections.folding import emit, folded_batch, records_table, rejections
@@ -176,7 +176,7 @@ def _fold_events(
         try:
             event = decode_event(value, schemas)
             entity = _entity(event)
-        except SchemaRegistryError:
+        except RegistryUnavailableError:
             raise  # the registry does not answer: the batch fails and is retried
         except Exception as exc:  # any undecodable record is a dead letter, never a stop
             reasons[row] = f"not a readable event: {type(exc).__name__}: {exc}"

@@ -160,6 +160,7 @@ def test_the_client_sends_through_the_bus_and_waits_for_the_views(
         mirror_tables="",
         views=FACTORY,
         command_handlers="tests.integration.read_your_writes.helpers:registry",
+        schema_registry_url=stack.settings.registry_url,
     )
     post_id = random.randrange(10**6, 10**7)
     with TributaryClient(settings) as client:
