@@ -60,6 +60,8 @@ class SchemaRegistrar(Protocol):
     """What registration needs of a registry client
     (:class:`connectors.schema_registry.client.RegistryClient` has it)."""
 
+    def lookup(self, subject: str, schema: str) -> dict[str, Any] | None: ...
+
     def register(self, subject: str, schema: str) -> int: ...
 
     def check(self, subject: str, schema: str) -> list[str]: ...
@@ -181,7 +183,12 @@ def register_event_schemas(
         schema = avro_schema(cls)
         document = _document(schema)
         try:
-            ids[(cls.event_name, cls.schema_version)] = registry.register(subject, document)
+            # A lookup first: a read, where registering writes to the registry's store; the
+            # schemas are already there at every start but the first.
+            known = registry.lookup(subject, document)
+            ids[(cls.event_name, cls.schema_version)] = (
+                int(known["id"]) if known is not None else registry.register(subject, document)
+            )
         except RegistryUnavailableError:
             raise  # not the schema's fault: the caller retries or fails as unavailable
         except SchemaRegistryError as exc:

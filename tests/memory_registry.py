@@ -1,7 +1,15 @@
 """Our schema registry in memory, with the client methods the event code calls (for unit
 tests: the real registry's code, no HTTP)."""
 
-from connectors.schema_registry import MemoryLog, ParsedSchema, RegistryState, SchemaRegistry
+from typing import Any
+
+from connectors.schema_registry import (
+    MemoryLog,
+    ParsedSchema,
+    RegistryState,
+    SchemaRegistry,
+    SchemaRegistryError,
+)
 
 
 class MemoryRegistry:
@@ -11,6 +19,12 @@ class MemoryRegistry:
 
     def register(self, subject: str, schema: str) -> int:
         return self.registry.register(subject, ParsedSchema(schema, None, []))
+
+    def lookup(self, subject: str, schema: str) -> dict[str, Any] | None:
+        try:
+            return self.registry.lookup(subject, ParsedSchema(schema, None, [])).as_dict()
+        except SchemaRegistryError:
+            return None
 
     def schema_text(self, schema_id: int) -> str:
         return self.registry.schema_by_id(schema_id).schema
