@@ -313,7 +313,7 @@ def run_social(
     kafka = settings.kafka("bench")
     dsn = settings.postgres().dsn
     started = time.perf_counter()
-    feed = BenchFeed(kafka, "cdc", partitions=partitions)
+    feed = BenchFeed(kafka, "cdc", partitions=partitions, registry_url=settings.registry_url)
     done = fill_social(feed, events, users)
     state = feed.state
     print(
@@ -332,6 +332,7 @@ def run_social(
         index_root=work / "indexes",
         view_factories=("examples.social.views:social_views",),
         replay_max_offsets_per_trigger=batch,
+        schema_registry_url=settings.registry_url,
     )
     views = social_views(config)
     admin = TopicAdmin(kafka)

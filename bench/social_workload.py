@@ -2,7 +2,8 @@
 
 Writes, on the real topic names, what CDC would publish for a social app: ``users`` rows as
 Debezium changes on ``cdc.public.users``, posts and follows as the outbox's Avro events on
-``events.post`` and ``events.follows`` (with the writer schema on ``_tributary_fingerprints``).
+``events.post`` and ``events.follows`` (typed, Confluent wire format, the social events'
+schemas registered in the stack's schema registry).
 The record formats and the model of the source of truth come from the views' tests
 (:class:`tests.integration.social.feed.SocialFeed`); this module only sizes the producer for a
 benchmark and draws the operations in O(1) each.
@@ -19,11 +20,9 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from cdc.outbox import EVENT_SCHEMA, EventOutbox
-from connectors.avro import FINGERPRINTS_TOPIC
 from connectors.kafka import TopicAdmin, history_topic, state_topic
 from examples.social.views.reference import SocialState
-from tests.integration.social.feed import SocialFeed
+from tests.integration.social.feed import SocialFeed, social_outbox
 
 MIX = (
     ("rename", 0.02),
@@ -45,7 +44,6 @@ class BenchFeed(SocialFeed):
         self.event_prefix = "events."
         admin = TopicAdmin(self.kafka)
         admin.ensure(state_topic(self.users_topic, self.partitions))
-        admin.ensure(state_topic(FINGERPRINTS_TOPIC))
         for kind in ("post", "follows"):
             admin.ensure(history_topic(self.event_prefix + kind, self.partitions))
         self.producer = Producer(
@@ -59,11 +57,8 @@ class BenchFeed(SocialFeed):
                 }
             )
         )
-        # What the outbox publishes once before its first event: the writer schema.
-        self.producer.produce(
-            FINGERPRINTS_TOPIC, key=EVENT_SCHEMA.key.encode(), value=EVENT_SCHEMA.document.encode()
-        )
-        self.outbox = EventOutbox()
+        assert self.registry_url is not None, "events are typed: pass registry_url"
+        self.outbox, self.schema_ids = social_outbox(self.registry_url)
         self.lsn = 5_000_000
         self.versions: dict[str, int] = {}
         self.next_post = 1

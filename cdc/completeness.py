@@ -45,6 +45,7 @@ from connectors.kafka import KafkaConfig, TopicAdmin
 from connectors.kafka.config import ClientValue
 from connectors.kafka.reading import read_topic
 from connectors.postgres import PostgresConfig, table_columns
+from connectors.schema_registry.client import RegistryClient
 from connectors.stores.pg_tables import TypedColumn
 
 SIGNAL_LIMIT = 2000  # characters of a signal's data (the signal table's column is 2048)
@@ -329,6 +330,7 @@ def republish_events(
     schema: str,
     missing: Sequence[tuple[str, str, int]],
     prefix: str = "events.",
+    registry_url: str | None = None,
 ) -> int:
     """Publish the missing events again from the event store, in the outbox's encoding, and
     record where they landed (read-your-writes)."""
@@ -339,12 +341,15 @@ def republish_events(
         rows = conn.execute(
             sql.SQL(
                 "SELECT event_id, event_type, schema_version, stream_type, stream_id, version,"
-                " position, recorded_at, data, metadata FROM {} WHERE stream_id = ANY(%s)"
+                " position, recorded_at, data, metadata, schema_id FROM {}"
+                " WHERE stream_id = ANY(%s)"
                 " ORDER BY stream_id, version"
             ).format(sql.Identifier(schema, "events")),
             (sorted({s for s, _ in wanted}),),
         ).fetchall()
-    outbox = EventOutbox(prefix)
+    if registry_url is None:
+        raise ValueError("re-publishing events needs the schema registry's URL")
+    outbox = EventOutbox(RegistryClient(registry_url), prefix)
     producer = Producer(kafka.client_properties(**_PRODUCER))
     delivered: list[PublishedEvent] = []
     errors: list[str] = []
@@ -375,6 +380,7 @@ def republish_events(
             "recorded_at": row[7].isoformat(),
             "data": json.dumps(row[8]),
             "metadata": json.dumps(row[9] or {}),
+            "schema_id": row[10],
         }
         envelope = json.dumps({"op": "c", "after": after, "source": {"lsn": 0}})
         for out in outbox.route(envelope, b"0"):

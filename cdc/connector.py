@@ -23,10 +23,10 @@ from cdc.routing import ChangeRouter
 from cdc.signals import ensure_signal_table
 from cdc.slots import drop_slot, slot_info
 from cdc.status import ConnectorStatus, StatusFile
-from connectors.avro import FINGERPRINTS_TOPIC
 from connectors.debezium import DebeziumPostgresConfig
 from connectors.kafka.config import KafkaConfig
 from connectors.kafka.topics import TopicSpec, history_topic, state_topic
+from connectors.schema_registry.client import RegistryClient
 from tributary.redact import redact
 
 log = logging.getLogger(__name__)
@@ -50,8 +50,6 @@ def topic_spec_for(
     def spec(topic: str) -> TopicSpec:
         if topic.startswith(event_prefix):
             return history_topic(topic, partitions)
-        if topic == FINGERPRINTS_TOPIC:
-            return state_topic(topic, 1)
         return state_topic(topic, partitions)
 
     return spec
@@ -134,11 +132,17 @@ class CdcConnector:
             spec_for=topic_spec_for(self.runtime.topic_partitions, self.config.event_topic_prefix),
             on_published=None if published is None else published.record,
         )
+        registry = None
+        if self.config.outbox_topic is not None:
+            if self.config.schema_registry_url is None:
+                raise ConnectorFailedError("the outbox's events need a schema registry URL")
+            registry = RegistryClient(self.config.schema_registry_url)
         router = ChangeRouter(
             skip_topics=self.config.internal_topics,
             unpositioned_topics=frozenset({self.config.heartbeat_topic}),
             outbox_topic=self.config.outbox_topic,
             event_topic_prefix=self.config.event_topic_prefix,
+            registry=registry,
         )
         handler = PublishingHandler(publisher, router, self.status, self.status_file.write)
         engine = DebeziumJsonEngine(

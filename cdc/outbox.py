@@ -1,41 +1,43 @@
 """The outbox: rows of the event store's ``events`` table become records on
 ``events.<stream_type>``, so events reach Kafka through the database, never by a dual write.
 
-Each event is Avro single-object encoded with :data:`EVENT_SCHEMA`, whose canonical form is
-published once (per connector run) to the compacted ``_tributary_fingerprints`` topic, keyed
-by fingerprint, before the first event that uses it. Key = stream id; headers: event type,
-event id, version (the per-stream position sinks guard on) and the LSN.
+Each event is written in the Confluent wire format (magic byte 0, the schema id, the Avro
+body) with the schema the row's ``schema_id`` names: the command processor registered it in
+the schema registry before it appended the event (:mod:`event_store.schemas`), so the outbox
+never registers a typed schema; it fetches the schema by id (once) and encodes the row's JSON
+data with it, adding the ``_meta`` envelope. A row without a schema id (a raw ``NewEvent``,
+or appended before typed events) is written with the untyped envelope
+:data:`connectors.avro.UNTYPED_EVENT_SCHEMA` (registered once, by the outbox, under
+``io.tributary.Event``). Key = stream id; headers: event type, event id, version (the
+per-stream position sinks guard on), schema version, position and the LSN.
 """
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from cdc.publisher import LSN_HEADER, HeaderList, OutgoingChange, StreamVersion
-from connectors.avro import FINGERPRINTS_TOPIC, AvroSchema
+from connectors.avro import (
+    META_FIELD,
+    UNTYPED_EVENT_NAME,
+    UNTYPED_EVENT_SCHEMA,
+    AvroSchema,
+    SchemaCache,
+    from_json,
+)
 
 EVENT_TOPIC_PREFIX = "events."
 
-EVENT_SCHEMA = AvroSchema.of(
-    {
-        "type": "record",
-        "name": "Event",
-        "namespace": "io.tributary",
-        "doc": "An event of the Tributary event store; data and metadata are JSON objects.",
-        "fields": [
-            {"name": "event_id", "type": {"type": "string", "logicalType": "uuid"}},
-            {"name": "event_type", "type": "string"},
-            {"name": "schema_version", "type": "int"},
-            {"name": "stream_type", "type": "string"},
-            {"name": "stream_id", "type": "string"},
-            {"name": "version", "type": "int"},
-            {"name": "position", "type": "long"},
-            {"name": "occurred_at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
-            {"name": "data", "type": "string"},
-            {"name": "metadata", "type": "string"},
-        ],
-    }
-)
+UNTYPED = AvroSchema.of(UNTYPED_EVENT_SCHEMA)
+
+
+class OutboxRegistry(Protocol):
+    """What the outbox needs of a schema registry (a
+    :class:`~connectors.schema_registry.client.RegistryClient` has it)."""
+
+    def register(self, subject: str, schema: str) -> int: ...
+
+    def schema_text(self, schema_id: int) -> str: ...
 
 
 def event_topic(stream_type: str, prefix: str = EVENT_TOPIC_PREFIX) -> str:
@@ -43,18 +45,23 @@ def event_topic(stream_type: str, prefix: str = EVENT_TOPIC_PREFIX) -> str:
 
 
 class EventOutbox:
-    """Turns a captured ``events`` row into the event record (and the schema record once)."""
+    """Turns a captured ``events`` row into the event record, encoded with its schema."""
 
-    def __init__(self, topic_prefix: str = EVENT_TOPIC_PREFIX) -> None:
+    def __init__(self, registry: OutboxRegistry, topic_prefix: str = EVENT_TOPIC_PREFIX) -> None:
         self.topic_prefix = topic_prefix
-        self._schema_published = False
+        self._registry = registry
+        self.schemas = SchemaCache(registry.schema_text)
+        self._untyped_id: int | None = None
 
     def route(self, envelope: str, lsn: bytes) -> list[OutgoingChange]:
         change: dict[str, Any] = json.loads(envelope)
         if change.get("op") not in ("c", "r"):
             return []  # the table is append-only: nothing else can happen to an event
-        row = change["after"]
-        record = {
+        return [self.record(change["after"], lsn)]
+
+    def record(self, row: dict[str, Any], lsn: bytes | None) -> OutgoingChange:
+        """The Kafka record of one ``events`` row (columns as Debezium renders them)."""
+        meta = {
             "event_id": str(row["event_id"]),
             "event_type": row["event_type"],
             "schema_version": int(row["schema_version"]),
@@ -63,37 +70,39 @@ class EventOutbox:
             "version": int(row["version"]),
             "position": int(row["position"]),
             "occurred_at": _timestamp(row["recorded_at"]),
-            "data": _json_text(row["data"]),
             "metadata": _json_text(row.get("metadata")),
         }
+        schema_id = row.get("schema_id")
+        if schema_id is None:
+            value = UNTYPED.encode(self._untyped(), {**meta, "data": _json_text(row["data"])})
+        else:
+            schema = self.schemas.schema(int(schema_id))
+            data = row["data"]
+            fields = json.loads(data) if isinstance(data, str) else dict(data)
+            typed = from_json(schema.definition, {**fields, META_FIELD: meta})
+            value = schema.encode(int(schema_id), typed)
         headers: HeaderList = [
-            ("event_type", record["event_type"].encode()),
-            ("event_id", record["event_id"].encode()),
-            ("version", str(record["version"]).encode()),
-            ("schema_version", str(record["schema_version"]).encode()),
-            (LSN_HEADER, lsn),
+            ("event_type", meta["event_type"].encode()),
+            ("event_id", meta["event_id"].encode()),
+            ("version", str(meta["version"]).encode()),
+            ("schema_version", str(meta["schema_version"]).encode()),
+            ("position", str(meta["position"]).encode()),
         ]
-        out = []
-        if not self._schema_published:
-            out.append(
-                OutgoingChange(
-                    FINGERPRINTS_TOPIC,
-                    EVENT_SCHEMA.key.encode(),
-                    EVENT_SCHEMA.document.encode(),
-                    [],
-                )
-            )
-            self._schema_published = True
-        out.append(
-            OutgoingChange(
-                event_topic(record["stream_type"], self.topic_prefix),
-                record["stream_id"].encode(),
-                EVENT_SCHEMA.encode(record),
-                headers,
-                StreamVersion(record["stream_id"], record["stream_type"], record["version"]),
-            )
+        if lsn is not None:
+            headers.append((LSN_HEADER, lsn))
+        return OutgoingChange(
+            event_topic(meta["stream_type"], self.topic_prefix),
+            meta["stream_id"].encode(),
+            value,
+            headers,
+            StreamVersion(meta["stream_id"], meta["stream_type"], meta["version"]),
         )
-        return out
+
+    def _untyped(self) -> int:
+        if self._untyped_id is None:
+            self._untyped_id = self._registry.register(UNTYPED_EVENT_NAME, UNTYPED.document)
+            self.schemas.add(self._untyped_id, UNTYPED)
+        return self._untyped_id
 
 
 def _json_text(value: object) -> str:
@@ -104,6 +113,8 @@ def _json_text(value: object) -> str:
 
 def _timestamp(value: object) -> datetime:
     """Debezium renders timestamptz as ISO-8601 text (``...Z``) and timestamps as epoch µs."""
+    if isinstance(value, datetime):
+        return value
     if isinstance(value, int):
         return datetime.fromtimestamp(value / 1_000_000).astimezone()
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))

@@ -4,7 +4,7 @@ import json
 from typing import Any
 
 from cdc.errors import PublishError
-from cdc.outbox import EVENT_TOPIC_PREFIX, EventOutbox
+from cdc.outbox import EVENT_TOPIC_PREFIX, EventOutbox, OutboxRegistry
 from cdc.publisher import LSN_HEADER, TXID_HEADER, HeaderList, OutgoingChange
 from connectors.changes import position_of
 
@@ -50,11 +50,14 @@ class ChangeRouter:
         unpositioned_topics: frozenset[str] = frozenset(),
         outbox_topic: str | None = None,
         event_topic_prefix: str = EVENT_TOPIC_PREFIX,
+        registry: OutboxRegistry | None = None,
     ) -> None:
         self._skip = skip_topics
         self._unpositioned = unpositioned_topics
         self._outbox_topic = outbox_topic
-        self._outbox = EventOutbox(event_topic_prefix)
+        if outbox_topic is not None and registry is None:
+            raise ValueError("routing the outbox table needs a schema registry")
+        self._outbox = None if registry is None else EventOutbox(registry, event_topic_prefix)
         self._last: dict[tuple[str, str], HeaderList] = {}
         self.last_lsn: int | None = None
 
@@ -73,7 +76,7 @@ class ChangeRouter:
         except ValueError as exc:
             raise PublishError(f"{topic}: {exc}: {value[:300]}") from exc
         self.last_lsn = int(lsn)
-        if topic == self._outbox_topic:
+        if topic == self._outbox_topic and self._outbox is not None:
             return self._outbox.route(value, lsn)
         headers: HeaderList = [(LSN_HEADER, lsn)]
         if tx is not None:

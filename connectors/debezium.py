@@ -41,6 +41,8 @@ class DebeziumPostgresConfig:
     outbox_table: str | None = "event_store.events"
     event_topic_prefix: str = "events."  # the outbox's events go to <prefix><stream_type>
     schema_wait_s: float = 60.0  # how long to wait at start for the event store's tables
+    # the schema registry the outbox's events are encoded against (needed with an outbox)
+    schema_registry_url: str | None = field(default=None, repr=False)
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

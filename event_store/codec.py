@@ -1,12 +1,15 @@
 """Turning domain events into JSON rows and back (with upcasting), validated by pydantic."""
 
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
 from event_store.errors import EventDecodeError, UnknownEventTypeError
 from event_store.event import Event, EventRegistry, JsonObject, NewEvent, RecordedEvent
 from event_store.upcasting import Upcasters
+
+if TYPE_CHECKING:
+    from event_store.schemas import SchemaRegistrar
 
 T = TypeVar("T")
 
@@ -36,6 +39,16 @@ class EventCodec:
     def __init__(self, events: EventRegistry, upcasters: Upcasters | None = None) -> None:
         self.events = events
         self.upcasters = upcasters or Upcasters()
+        self.schema_ids: dict[tuple[str, int], int] = {}
+
+    def register_schemas(self, registry: "SchemaRegistrar") -> dict[tuple[str, int], int]:
+        """Register the Avro schema of every event class in the schema registry
+        (:func:`event_store.schemas.register_event_schemas`: an incompatible one raises,
+        naming the fields); from then on each encoded event carries its schema's id."""
+        from event_store.schemas import register_event_schemas
+
+        self.schema_ids = register_event_schemas(self.events.classes(), registry)
+        return self.schema_ids
 
     def encode(self, event: Event, metadata: JsonObject | None = None) -> NewEvent:
         if (event.event_name, event.schema_version) not in self.events:
@@ -48,6 +61,7 @@ class EventCodec:
             schema_version=event.schema_version,
             data=to_json(event),
             metadata=metadata or {},
+            schema_id=self.schema_ids.get((event.event_name, event.schema_version)),
         )
 
     def decode(self, recorded: RecordedEvent) -> Event:

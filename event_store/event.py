@@ -29,12 +29,25 @@ class Event:
     event_name: ClassVar[str] = "Event"
     schema_version: ClassVar[int] = 1
 
-    def __init_subclass__(cls, *, name: str | None = None, version: int = 1, **kw: Any) -> None:
+    #: The Avro namespace of the event's record: its subject in the schema registry is
+    #: ``<namespace>.<event_name>`` (:mod:`event_store.schemas`).
+    namespace: ClassVar[str] = "io.tributary.events"
+
+    def __init_subclass__(
+        cls,
+        *,
+        name: str | None = None,
+        version: int = 1,
+        namespace: str | None = None,
+        **kw: Any,
+    ) -> None:
         super().__init_subclass__(**kw)
         if version < 1:
             raise ValueError(f"{cls.__name__}: schema version must be >= 1, got {version}")
         cls.event_name = name or cls.__name__
         cls.schema_version = version
+        if namespace is not None:
+            cls.namespace = namespace
 
 
 @dataclass(frozen=True, order=True)
@@ -65,13 +78,16 @@ class Position:
 
 @dataclass(frozen=True)
 class NewEvent:
-    """An event ready to append: type, schema version, JSON data and metadata."""
+    """An event ready to append: type, schema version, JSON data and metadata; ``schema_id``
+    is the id of its Avro schema in the schema registry (set by the codec once the domain's
+    schemas are registered; None: published with the untyped envelope)."""
 
     event_type: str
     data: JsonObject
     schema_version: int = 1
     metadata: JsonObject = field(default_factory=dict)
     event_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    schema_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +212,9 @@ class EventRegistry:
 
     def get(self, name: str, version: int) -> type[Event] | None:
         return self._classes.get((name, version))
+
+    def classes(self) -> list[type[Event]]:
+        return list(self._classes.values())
 
     def __contains__(self, key: tuple[str, int]) -> bool:
         return key in self._classes

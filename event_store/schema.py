@@ -1,12 +1,13 @@
 """The store's tables in a schema of its own, append-only enforced by PostgreSQL itself.
 
 ``events`` is the outbox the CDC connector captures (primary key ``position``; rows are
-routed by ``stream_type``). A trigger rejects UPDATE, DELETE and TRUNCATE for every role,
-owner included, and :func:`grant_application_role` gives the application only SELECT and
-INSERT on it. ``transaction_id`` is the writer's transaction id (``pg_current_xact_id()``),
-which :meth:`EventStore.read_all` uses to order and to hold readers back behind running
-writers. ``published_streams`` is where the CDC connector records, per stream, the last
-published version and the Kafka topic, partition and offset of its record (updated in place).
+routed by ``stream_type``, encoded with the Avro schema ``schema_id`` names). A trigger rejects
+UPDATE, DELETE and TRUNCATE for every role, owner included, and :func:`grant_application_role`
+gives the application only SELECT and INSERT on it. ``transaction_id`` is the writer's
+transaction id (``pg_current_xact_id()``), which :meth:`EventStore.read_all` uses to order
+and to hold readers back behind running writers. ``published_streams`` is where the CDC
+connector records, per stream, the last published version and the Kafka topic, partition
+and offset of its record (updated in place).
 """
 
 import re
@@ -56,6 +57,7 @@ class StoreTables:
             Column("data", JSONB, nullable=False),
             Column("metadata", JSONB, nullable=False),
             Column("recorded_at", DateTime(timezone=True), nullable=False),
+            Column("schema_id", Integer, nullable=True),
         )
         self.snapshots = Table(
             "snapshots",
@@ -115,9 +117,13 @@ def _ddl(schema: str) -> list[str]:
             data            jsonb NOT NULL,
             metadata        jsonb NOT NULL DEFAULT '{{}}',
             recorded_at     timestamptz NOT NULL DEFAULT now(),
+            schema_id       integer,
             CONSTRAINT events_stream_version_key UNIQUE (stream_id, version),
             CONSTRAINT events_event_id_key UNIQUE (event_id)
         )""",
+        # The Avro schema's id in the schema registry (typed events; NULL: untyped), which
+        # the CDC outbox encodes the row with. Added to stores created before typed events.
+        f"ALTER TABLE {s}.events ADD COLUMN IF NOT EXISTS schema_id integer",
         f"CREATE INDEX IF NOT EXISTS events_transaction_position_idx "
         f"ON {s}.events (transaction_id, position)",
         f"""

@@ -103,7 +103,8 @@ class AppendStatements:
     """
 
     COLUMNS = (
-        "event_id, stream_id, stream_type, version, event_type, schema_version, data, metadata"
+        "event_id, stream_id, stream_type, version, event_type, schema_version, data, metadata,"
+        " schema_id"
     )
 
     def __init__(self, schema: str, arrays: str = "b") -> None:
@@ -120,15 +121,16 @@ class AppendStatements:
         one = (
             "%(event_id)s::uuid, %(stream_id)s::text, %(stream_type)s::text, "
             "%(version)s::integer, %(event_type)s::text, %(schema_version)s::integer, "
-            "%(data)s::jsonb, %(metadata)s::jsonb"
+            "%(data)s::jsonb, %(metadata)s::jsonb, %(schema_id)s::integer"
         )
         many = f"""SELECT e.event_id, %(stream_id)s::text, %(stream_type)s::text,
                    %(expected)s::integer + e.ord::integer, e.event_type, e.schema_version,
-                   e.data, e.metadata
+                   e.data, e.metadata, e.schema_id
             FROM unnest(%(event_ids){a}::uuid[], %(event_types){a}::text[],
                         %(schema_versions){a}::integer[], %(data){a}::jsonb[],
-                        %(metadata){a}::jsonb[])
-                 WITH ORDINALITY AS e(event_id, event_type, schema_version, data, metadata, ord)"""
+                        %(metadata){a}::jsonb[], %(schema_ids){a}::integer[])
+                 WITH ORDINALITY
+                 AS e(event_id, event_type, schema_version, data, metadata, schema_id, ord)"""
         insert = f"INSERT INTO {table} ({self.COLUMNS})"
         self.one_new = f"{insert} VALUES ({one}) {returning}"
         self.one_guarded = f"{insert} SELECT {one} {guard} {returning}"
@@ -153,6 +155,7 @@ class AppendStatements:
                 schema_version=event.schema_version,
                 data=json.dumps(event.data),
                 metadata=json.dumps(event.metadata),
+                schema_id=event.schema_id,
             )
             return params, self.one_guarded if expected else self.one_new
         params.update(
@@ -161,6 +164,7 @@ class AppendStatements:
             schema_versions=[e.schema_version for e in events],
             data=[json.dumps(e.data) for e in events],
             metadata=[json.dumps(e.metadata) for e in events],
+            schema_ids=[e.schema_id for e in events],
         )
         return params, self.many_guarded if expected else self.many_new
 

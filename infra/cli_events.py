@@ -19,6 +19,7 @@ import typer
 from sqlalchemy import Engine
 
 from connectors.postgres import make_engine
+from connectors.schema_registry.client import RegistryClient
 from event_store import CommandBus, CommandRegistry, EventStore, SnapshotPolicy, create_schema
 from event_store.command_topic import (
     CommandClient,
@@ -64,8 +65,20 @@ def prepare_database(s: Settings, engine: Engine, module: Any) -> None:
             hook(conn)
 
 
+def register_schemas(s: Settings, registry: CommandRegistry) -> None:
+    """Register the domain's event schemas in the schema registry: an event type the
+    registry refuses as incompatible raises (naming the fields), so no event of that version
+    is ever appended; from then on every appended event carries its schema's id."""
+    client = RegistryClient(s.registry_url)
+    try:
+        registry.codec.register_schemas(client)
+    finally:
+        client.close()
+
+
 def command_bus(s: Settings, engine: Engine, registry: CommandRegistry) -> CommandBus:
-    """The command bus every entry point (topic, HTTP) runs commands through."""
+    """The command bus every entry point (topic, HTTP) runs commands through (register the
+    event schemas with :func:`register_schemas` before the first command)."""
     return CommandBus(
         EventStore(engine, s.event_store_schema),
         registry,
@@ -77,6 +90,7 @@ def command_bus(s: Settings, engine: Engine, registry: CommandRegistry) -> Comma
 def run_commands(s: Settings) -> None:
     """Create what is missing (schema, topics, the domain's tables), then process commands."""
     registry, module = load_registry(s.command_handlers)
+    register_schemas(s, registry)  # before anything: an incompatible event type stops here
     engine = make_engine(s.postgres())
     prepare_database(s, engine, module)
     bus = command_bus(s, engine, registry)

@@ -48,6 +48,7 @@ def views_config(s: Settings) -> ViewsConfig:
         index_root=(s.index_dir or s.home / "indexes").resolve(),
         view_factories=tuple(f.strip() for f in s.views.split(",") if f.strip()),
         event_store_schema=s.event_store_schema,
+        schema_registry_url=s.registry_url,
         analytics_factories=tuple(f.strip() for f in s.analytics.split(",") if f.strip()),
         activity_topic=s.activity_topic,
         analytics_topic_prefix=s.analytics_topic_prefix,

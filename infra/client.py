@@ -15,7 +15,7 @@ from typing import Any
 from connectors.postgres import make_engine
 from event_store import Accepted, CommandResult, Rejected
 from event_store.errors import ConcurrencyError, EventStoreError, StorageError
-from infra.cli_events import command_bus, load_registry
+from infra.cli_events import command_bus, load_registry, register_schemas
 from infra.cli_views import views_config
 from infra.settings import Settings, load_settings
 from projections.view import View
@@ -38,6 +38,7 @@ class TributaryClient:
     def __init__(self, settings: Settings | None = None, views: Sequence[View] | None = None):
         self.settings = s = settings or load_settings()
         registry, _ = load_registry(s.command_handlers)
+        register_schemas(s, registry)
         self._engine = make_engine(s.postgres())
         self.bus = command_bus(s, self._engine, registry)
         self._views = views

@@ -202,12 +202,22 @@ class CommandGateway:
         self._prepare: Callable[[], None] | None = None
         if bus is None:
             from connectors.postgres import make_engine
-            from infra.cli_events import command_bus, load_registry, prepare_database
+            from infra.cli_events import (
+                command_bus,
+                load_registry,
+                prepare_database,
+                register_schemas,
+            )
 
             registry, module = load_registry(settings.command_handlers)
             engine = make_engine(settings.postgres())
             bus = command_bus(settings, engine, registry)
-            self._prepare = lambda: prepare_database(settings, engine, module)
+
+            def prepare() -> None:
+                register_schemas(settings, registry)
+                prepare_database(settings, engine, module)
+
+            self._prepare = prepare
         self.bus = bus
         self._lock = threading.Lock()
 

@@ -379,6 +379,7 @@ class Settings(BaseSettings):
             outbox_table=self.cdc_outbox_table or None,
             event_topic_prefix=self.event_topic_prefix,
             schema_wait_s=self.cdc_schema_wait_s,
+            schema_registry_url=self.registry_url,
             offsets_file=(self.cdc_state_dir / f"{self.cdc_connector_name}.offsets").resolve(),
         )
 

@@ -115,7 +115,12 @@ def repair(s: Settings, report: VerifyReport | None = None) -> dict[str, Any]:
             done["tables"][table.table] = repair_table(db, kafka, table)
     if report.events is not None and report.events.missing:
         done["events_republished"] = republish_events(
-            db, kafka, s.event_store_schema, report.events.missing, s.event_topic_prefix
+            db,
+            kafka,
+            s.event_store_schema,
+            report.events.missing,
+            s.event_topic_prefix,
+            s.registry_url,
         )
     return done
 

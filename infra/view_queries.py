@@ -19,6 +19,7 @@ import redis
 import sqlalchemy.exc
 
 from connectors.errors import StoreError
+from connectors.schema_registry.errors import RegistryUnavailableError
 from event_store.errors import StorageError
 from infra.errors import (
     QueryArgumentError,
@@ -344,6 +345,7 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
     sqlalchemy.exc.InterfaceError,
     ConnectionError,
     TimeoutError,
+    RegistryUnavailableError,
 )
 """Errors that say a store or the database could not be reached or failed (not the request)."""
 

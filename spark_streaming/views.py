@@ -45,6 +45,8 @@ class ViewsConfig:
     index_root: Path = Path("indexes")
     view_factories: tuple[str, ...] = ()
     event_store_schema: str = "event_store"
+    # the schema registry events.* records' schema ids refer to
+    schema_registry_url: str = "http://127.0.0.1:18081"
     # Stream analytics: factories of analytics jobs (views too, run and replayed alike), the
     # raw activity topic, the allowed lateness and the extra time Spark keeps state.
     analytics_factories: tuple[str, ...] = ()

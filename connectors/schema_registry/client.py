@@ -7,7 +7,7 @@ from urllib.parse import quote
 import httpx
 
 from connectors.schema_registry.api import CONTENT_TYPE
-from connectors.schema_registry.errors import SchemaRegistryError
+from connectors.schema_registry.errors import RegistryUnavailableError, SchemaRegistryError
 from tributary.redact import redact_url
 
 
@@ -30,10 +30,9 @@ class RegistryClient:
         try:
             answer = self._http.request(method, path, content=content, headers=headers)
         except httpx.HTTPError as exc:
-            raise SchemaRegistryError(
+            raise RegistryUnavailableError(
                 f"the schema registry at {redact_url(self.url)} does not answer ({exc}): start"
                 " it with `tributary up`, or set TRIBUTARY_SCHEMA_REGISTRY_URL",
-                50002,
             ) from exc
         if answer.is_success:
             return answer.json() if answer.content else None
@@ -52,6 +51,16 @@ class RegistryClient:
 
     def version(self, subject: str, version: int | str = "latest") -> dict[str, Any]:
         return dict(self._call("GET", f"/subjects/{quote(subject, safe='')}/versions/{version}"))
+
+    def register(self, subject: str, schema: str) -> int:
+        """Register ``schema`` under ``subject`` (its id; the same id again when it already
+        is registered); error 409 when it is incompatible with the subject's versions."""
+        path = f"/subjects/{quote(subject, safe='')}/versions"
+        return int(self._call("POST", path, {"schema": schema})["id"])
+
+    def schema_text(self, schema_id: int) -> str:
+        """The schema with this id, as JSON text (``GET /schemas/ids/{id}``)."""
+        return str(self._call("GET", f"/schemas/ids/{int(schema_id)}")["schema"])
 
     def level(self, subject: str | None = None) -> str:
         if subject is not None:

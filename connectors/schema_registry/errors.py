@@ -86,3 +86,9 @@ class RegistryStoreError(SchemaRegistryError):
 
 class RegistryTimeoutError(SchemaRegistryError):
     error_code = 50002
+
+
+class RegistryUnavailableError(SchemaRegistryError):
+    """The registry does not answer (code 50002): try again later; not the request's fault."""
+
+    error_code = 50002

@@ -61,6 +61,7 @@ def subscribe(
     commit_interval: float = ...,
     event_decoder: None = ...,
     properties: Mapping[str, ClientValue] | None = ...,
+    schema_registry_url: str | None = ...,
 ) -> Subscriber[EventRecord]: ...
 
 
@@ -78,6 +79,7 @@ def subscribe(
     commit_interval: float = ...,
     event_decoder: Callable[[EventRecord], E],
     properties: Mapping[str, ClientValue] | None = ...,
+    schema_registry_url: str | None = ...,
 ) -> Subscriber[E]: ...
 
 
@@ -94,6 +96,7 @@ def subscribe(
     commit_interval: float = 1.0,
     event_decoder: Callable[[EventRecord], Any] | None = None,
     properties: Mapping[str, ClientValue] | None = None,
+    schema_registry_url: str | None = None,
 ) -> Subscriber[Any]:
     """Subscribe to ``cdc.*`` and ``events.*`` topics (names, or ``^regex`` patterns in group
     mode).
@@ -112,6 +115,8 @@ def subscribe(
     - ``event_decoder``: turns an :class:`EventRecord` into the domain's event (see
       ``event_store.subscription.domain_events``); an exception there counts as undecodable.
     - ``properties``: extra librdkafka consumer properties (``session.timeout.ms``, ...).
+    - ``schema_registry_url``: the registry ``events.*`` records' schema ids refer to (the
+      local stack's, or ``TRIBUTARY_SCHEMA_REGISTRY_URL``); needed to read ``events.*``.
     """
     return Subscriber(
         topics,
@@ -125,6 +130,7 @@ def subscribe(
         commit=commit,
         commit_interval=commit_interval,
         properties=properties,
+        schema_registry_url=schema_registry_url,
     )
 
 

@@ -2,24 +2,27 @@
 
 ``cdc.<schema>.<table>`` records become :class:`~connectors.changes.ChangeEvent` (a tombstone
 is a ``ChangeEvent`` with ``op is None``); ``events.<aggregate>`` records become
-:class:`EventRecord` — the event as the outbox publishes it today: Avro single-object encoded
-with one generic envelope (``data`` and ``metadata`` JSON objects), the writer's schema found by
-fingerprint in ``_tributary_fingerprints``. A caller that knows the domain's classes passes an
+:class:`EventRecord` — the event as the outbox publishes it: the Confluent wire format, a
+record of the event's own type (its typed fields become ``data``, with Avro's types:
+datetimes, lists, ...) and the ``_meta`` envelope, the writer's schema fetched from the
+schema registry by its id. A caller that knows the domain's classes passes an
 event decoder to turn it into the domain event (``event_store.subscription.domain_events``).
 """
 
-import json
-import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from connectors.avro import FINGERPRINTS_TOPIC, AvroDecodeError, SchemaCatalog, fingerprint_of
+from connectors.avro import (
+    AvroDecodeError,
+    EventParts,
+    SchemaCache,
+    event_parts,
+    registry_schemas,
+    schema_id_of,
+)
 from connectors.changes import ChangeEvent
-from connectors.kafka.admin import TopicAdmin
-from connectors.kafka.config import KafkaConfig
-from connectors.kafka.reading import read_topic
 
 E = TypeVar("E")
 
@@ -44,7 +47,7 @@ class KafkaPosition:
 
 @dataclass(frozen=True)
 class EventRecord:
-    """An event from ``events.<aggregate>``: the published envelope, data and metadata parsed.
+    """An event from ``events.<aggregate>``: its envelope, its data (typed fields), metadata.
 
     ``version`` is the event's version in its stream (it grows by one per event of a key:
     the per-key position to deduplicate on); ``position`` is its sequence in the event store.
@@ -63,20 +66,21 @@ class EventRecord:
     metadata: dict[str, Any]
 
     @classmethod
-    def from_envelope(cls, topic: str, envelope: dict[str, Any]) -> "EventRecord":
-        event_id = envelope["event_id"]
+    def from_parts(cls, topic: str, parts: EventParts) -> "EventRecord":
+        meta = parts.meta
+        event_id = meta["event_id"]
         return cls(
             topic=topic,
             event_id=event_id if isinstance(event_id, uuid.UUID) else uuid.UUID(str(event_id)),
-            event_type=str(envelope["event_type"]),
-            schema_version=int(envelope["schema_version"]),
-            stream_type=str(envelope["stream_type"]),
-            stream_id=str(envelope["stream_id"]),
-            version=int(envelope["version"]),
-            position=int(envelope["position"]),
-            occurred_at=envelope["occurred_at"],
-            data=_json_object("data", envelope["data"]),
-            metadata=_json_object("metadata", envelope["metadata"]),
+            event_type=parts.event_type,
+            schema_version=parts.schema_version,
+            stream_type=str(meta["stream_type"]),
+            stream_id=str(meta["stream_id"]),
+            version=int(meta["version"]),
+            position=int(meta["position"]),
+            occurred_at=meta["occurred_at"],
+            data=parts.data,
+            metadata=parts.metadata,
         )
 
 
@@ -93,47 +97,23 @@ class Delivery(Generic[E]):
 
 
 class EventDecoder:
-    """Decodes ``events.*`` values, reading writer schemas from ``_tributary_fingerprints``.
+    """Decodes ``events.*`` values (the Confluent wire format), fetching each writer schema
+    from the schema registry by its id once (``schema_registry_url``)."""
 
-    The fingerprints topic is read when a value names a schema not seen yet (at most once per
-    ``refresh_after`` seconds, so a corrupt record does not make every record re-read it).
-    """
-
-    def __init__(self, kafka: KafkaConfig, refresh_after: float = 2.0) -> None:
-        self.kafka = kafka
-        self.catalog = SchemaCatalog()
-        self.refresh_after = refresh_after
-        self._refreshed_at: float | None = None
+    def __init__(self, schema_registry_url: str | None) -> None:
+        self.schema_registry_url = schema_registry_url
+        self.schemas: SchemaCache | None = (
+            None if schema_registry_url is None else registry_schemas(schema_registry_url)
+        )
 
     def decode(self, topic: str, value: bytes | None) -> EventRecord:
         if value is None:
             raise AvroDecodeError("an event record has no value (events are never deleted)")
-        try:
-            envelope = self.catalog.decode(value)
-        except AvroDecodeError:
-            fingerprint_of(value)  # not Avro at all: no point re-reading the schemas
-            if not self._refresh():
-                raise
-            envelope = self.catalog.decode(value)
-        return EventRecord.from_envelope(topic, envelope)
-
-    def _refresh(self) -> bool:
-        now = time.monotonic()
-        if self._refreshed_at is not None and now - self._refreshed_at < self.refresh_after:
-            return False
-        self._refreshed_at = now
-        if TopicAdmin(self.kafka).partition_count(FINGERPRINTS_TOPIC) is None:
-            return False
-        for record in read_topic(self.kafka, FINGERPRINTS_TOPIC):
-            self.catalog.add_record(record.key, record.value)
-        return True
-
-
-def _json_object(field: str, text: object) -> dict[str, Any]:
-    try:
-        parsed = json.loads(text) if isinstance(text, str | bytes) else text
-    except json.JSONDecodeError as exc:
-        raise AvroDecodeError(f"the event's {field} is not JSON: {exc}") from exc
-    if not isinstance(parsed, dict):
-        raise AvroDecodeError(f"the event's {field} is not a JSON object")
-    return parsed
+        schema_id_of(value)  # not the wire format: say so before asking for a registry
+        if self.schemas is None:
+            raise AvroDecodeError(
+                "events.* records name their schema by a registry id: subscribe with"
+                " schema_registry_url"
+            )
+        _, record = self.schemas.decode(value)
+        return EventRecord.from_parts(topic, event_parts(record))

@@ -20,6 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaExcepti
 from connectors.changes import ChangeEvent
 from connectors.kafka.admin import TopicAdmin
 from connectors.kafka.config import ClientValue, KafkaConfig
+from connectors.schema_registry.errors import RegistryUnavailableError
 from connectors.subscriber.errors import SubscriberError
 from connectors.subscriber.policies import DeadLetters, ErrorPolicy, Undecodable
 from connectors.subscriber.records import (
@@ -69,6 +70,7 @@ class Subscriber(Generic[E]):
         cdc_prefix: str = CDC_PREFIX,
         event_prefix: str = EVENT_PREFIX,
         properties: Mapping[str, ClientValue] | None = None,
+        schema_registry_url: str | None = None,
     ) -> None:
         if not topics:
             raise SubscriberError("subscribe to at least one topic")
@@ -82,7 +84,7 @@ class Subscriber(Generic[E]):
         self.cdc_prefix = cdc_prefix
         self.event_prefix = event_prefix
         self._convert = event_decoder
-        self._events = EventDecoder(kafka)
+        self._events = EventDecoder(schema_registry_url)
         self._on_error = on_error or DeadLetters(kafka, dead_letter_topic)
         self._stored: dict[Partition, int] = {}
         if isinstance(start, str):
@@ -161,6 +163,8 @@ class Subscriber(Generic[E]):
         headers = _headers(msg.headers())
         try:
             decoded = self._decode(position.topic, key, value, headers)
+        except RegistryUnavailableError:
+            raise  # the registry does not answer: not the record's fault
         except Exception as exc:  # any decoder failure is the record's fault, not ours
             failed = Undecodable(position, key, value, headers, _reason(exc), exc, self.group_id)
             try:

@@ -1,9 +1,13 @@
-"""Read a cdc.* topic with the plain confluent-kafka client: key and value are JSON."""
+"""Read a cdc.* or events.* topic with the plain confluent-kafka client: cdc.* values are JSON,
+events.* values Avro in the Confluent wire format (the schema registry decodes them)."""
 
 import json
 import os
 
 from confluent_kafka import Consumer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 
 def main() -> None:
@@ -16,18 +20,26 @@ def main() -> None:
             "session.timeout.ms": 10_000,
         }
     )
+    registry = {"url": os.environ.get("SCHEMA_REGISTRY_URL", "http://localhost:18081")}
+    avro = AvroDeserializer(SchemaRegistryClient(registry))
     consumer.subscribe([os.environ.get("TOPIC", "cdc.public.users")])
     left = int(os.environ.get("MAX_RECORDS", "-1"))  # -1: run forever
     while left != 0:
         msg = consumer.poll(1.0)
         if msg is None or msg.error():
             continue
-        key, value = json.loads(msg.key() or b"{}"), msg.value()
-        if value is None:  # tombstone: the row is gone (compaction drops the key)
-            print("tombstone", key, flush=True)
+        topic, key, value = msg.topic() or "", msg.key() or b"", msg.value()
+        if topic.startswith("events."):  # key = stream id; a typed event, envelope in _meta
+            event = avro(value, SerializationContext(topic, MessageField.VALUE))
+            meta = event.pop("_meta")
+            print(key.decode(), meta["version"], meta["event_type"], event, flush=True)
+        elif value is None:  # tombstone: the row is gone (compaction drops the key)
+            print("tombstone", json.loads(key), flush=True)
         else:
             change = json.loads(value)
-            print(change["op"], key, change["after"], change["source"]["lsn"], flush=True)
+            print(
+                change["op"], json.loads(key), change["after"], change["source"]["lsn"], flush=True
+            )
         consumer.commit(message=msg, asynchronous=False)
         left -= 1
     consumer.close()

@@ -14,6 +14,7 @@ def main() -> None:
         [topic],
         os.environ.get("GROUP_ID", "my-team"),
         kafka=kafka,
+        schema_registry_url=os.environ.get("SCHEMA_REGISTRY_URL", "http://localhost:18081"),
         properties={"session.timeout.ms": 10_000},
     ) as subscriber:
         for delivery in subscriber:  # asking for the next record commits this one

@@ -20,6 +20,8 @@ class UnfollowUser(Command):
 
 @dataclass(frozen=True)
 class UserFollowed(Event, name="UserFollowed"):
+    """``follower_id`` now follows ``followee_id``."""
+
     follower_id: int
     followee_id: int
     followed_at: datetime
@@ -27,6 +29,8 @@ class UserFollowed(Event, name="UserFollowed"):
 
 @dataclass(frozen=True)
 class UserUnfollowed(Event, name="UserUnfollowed"):
+    """``follower_id`` no longer follows ``followee_id``."""
+
     follower_id: int
     followee_id: int
     unfollowed_at: datetime

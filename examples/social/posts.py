@@ -7,7 +7,7 @@ stay untouched.
 """
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from event_store import Aggregate, Command, CommandRejected, Event, Upcasters
@@ -61,6 +61,8 @@ class LikePost(Command):
 
 @dataclass(frozen=True)
 class PostCreated(Event, name="PostCreated", version=2):
+    """A post was written: its text, the hashtags in it, when."""
+
     post_id: int
     author_id: int
     text: str
@@ -70,6 +72,8 @@ class PostCreated(Event, name="PostCreated", version=2):
 
 @dataclass(frozen=True)
 class PostEdited(Event, name="PostEdited"):
+    """A post's text was replaced (hashtags and creation time repeated for readers)."""
+
     post_id: int
     author_id: int
     text: str
@@ -80,6 +84,8 @@ class PostEdited(Event, name="PostEdited"):
 
 @dataclass(frozen=True)
 class PostDeleted(Event, name="PostDeleted"):
+    """A post was deleted (its author, hashtags and creation time repeated for readers)."""
+
     post_id: int
     author_id: int
     hashtags: tuple[str, ...]
@@ -89,9 +95,11 @@ class PostDeleted(Event, name="PostDeleted"):
 
 @dataclass(frozen=True)
 class PostLiked(Event, name="PostLiked"):
+    """A user liked a post."""
+
     post_id: int
-    author_id: int
-    user_id: int  # who liked it
+    author_id: int = field(metadata={"doc": "The post's author."})
+    user_id: int = field(metadata={"doc": "Who liked it."})
     liked_at: datetime
 
 

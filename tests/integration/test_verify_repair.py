@@ -15,6 +15,7 @@ from sqlalchemy import text
 from cdc.outbox import EventOutbox
 from connectors.kafka import TopicAdmin, history_topic, state_topic
 from connectors.postgres import make_engine
+from connectors.schema_registry.client import RegistryClient
 from event_store import EventStore, NewEvent, create_schema, drop_schema
 from infra.settings import load_settings
 from infra.verify import repair, verify
@@ -50,6 +51,7 @@ def test_verify_names_what_is_missing_and_repair_restores_it(
         event_store_schema=schema,
         mirror_tables="",
         views="",
+        schema_registry_url=stack.settings.registry_url,
     )
     engine = make_engine(s.postgres())
     with engine.begin() as conn:
@@ -79,7 +81,7 @@ def test_verify_names_what_is_missing_and_repair_restores_it(
                 value=change(table, {"id": i, "v": value}, 100 + i),
             )
         TopicAdmin(s.kafka()).ensure(history_topic(f"{events}post", 1))
-        outbox = EventOutbox(events)
+        outbox = EventOutbox(RegistryClient(s.registry_url), events)
         with engine.connect() as conn:
             rows = conn.execute(
                 text(

@@ -56,7 +56,12 @@ def read_role(stack: Endpoints, unique: str) -> Iterator[ReadRole]:
 def timeline(stack: Endpoints, role: ReadRole, unique: str, read_dsn: str) -> View:
     topics = (f"t{unique}.posts", f"t{unique}.follows")
     return timeline_view(
-        stack.postgres_dsn, role.schema, topics, f"timeline_{unique}", read_dsn=read_dsn
+        stack.postgres_dsn,
+        role.schema,
+        topics,
+        f"timeline_{unique}",
+        read_dsn=read_dsn,
+        registry_url=stack.settings.registry_url,
     )
 
 

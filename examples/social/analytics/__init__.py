@@ -72,6 +72,7 @@ def analytics_config(config: ViewsConfig) -> AnalyticsConfig:
         lateness=Lateness.of_seconds(config.allowed_lateness_s, config.lateness_slack_s),
         query_dsn=config.query_dsn,
         topic_prefix=config.analytics_topic_prefix,
+        registry_url=config.schema_registry_url,
     )
 
 

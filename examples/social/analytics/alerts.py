@@ -225,7 +225,7 @@ def alerts_fold(config: AnalyticsConfig, job: str) -> Any:
     def fold(records: Any) -> Any:
         from pyspark.sql import functions as F
 
-        ev = inputs(records, config.kinds(), config.lateness)
+        ev = inputs(records, config.kinds(), config.lateness, config.registry_url)
         kinds = ("post", "follow", "unfollow")
         kept = ev.where(
             F.col("error").isNull() & ~F.col("beyond") & F.col("kind").isin(*kinds)

@@ -40,6 +40,8 @@ class AnalyticsConfig:
     prefix: str = ""
     topic_prefix: str = "analytics."
     kafka_output: bool = True
+    # the schema registry the events' schema ids refer to
+    registry_url: str = "http://127.0.0.1:18081"
 
     @property
     def reader_dsn(self) -> str:

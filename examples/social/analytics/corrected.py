@@ -43,7 +43,7 @@ def corrected_fold(config: AnalyticsConfig, job: str) -> Any:
     def fold(records: Any) -> Any:
         from pyspark.sql import functions as F
 
-        ev = inputs(records, config.kinds(), config.lateness)
+        ev = inputs(records, config.kinds(), config.lateness, config.registry_url)
         good = ev.where(F.col("error").isNull() & F.col("kind").isin("search", "click"))
         out = folded(
             good,

@@ -56,7 +56,7 @@ def ctr_fold(config: AnalyticsConfig, job: str) -> Any:
     def fold(records: Any) -> Any:
         from pyspark.sql import functions as F
 
-        ev = inputs(records, config.kinds(), config.lateness)
+        ev = inputs(records, config.kinds(), config.lateness, config.registry_url)
         kept = ev.where(F.col("error").isNull() & ~F.col("beyond"))
         searches = kept.where(F.col("kind") == "search").select(
             F.col("event_id").alias("search_id"),

@@ -3,7 +3,8 @@
 Three kinds of topic, named per job (``kinds``: topic -> ``activity`` | ``events`` | ``users``):
 
 - ``activity`` (JSON, the front end's events, three timestamps): ``search`` and ``click`` rows;
-- ``events.post`` / ``events.follows`` (the outbox's Avro): ``post`` (a post created: author,
+- ``events.post`` / ``events.follows`` (the outbox's Avro, Confluent wire format; schemas by
+  id from the registry at ``registry_url``): ``post`` (a post created: author,
   hashtags), ``like`` (``user_id`` liked ``post_id`` of author ``other_id``), ``follow`` and
   ``unfollow`` (``user_id`` follows ``other_id``); event time = the domain time
   (``created_at``, ``liked_at``, ...), sent = received = when the event store recorded it;
@@ -25,6 +26,8 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
+from connectors.avro import SchemaCache, registry_schemas
+from connectors.schema_registry.errors import RegistryUnavailableError
 from examples.social.views.folds import decode_event
 from projections.folding import parse_json, records_table, spark_ddl
 from projections.time import Lateness, with_event_time
@@ -84,7 +87,9 @@ _REQUIRED = (
 )
 
 
-def decode(batches: Iterable[pa.RecordBatch], kinds: Mapping[str, str]) -> Iterator[pa.RecordBatch]:
+def decode(
+    batches: Iterable[pa.RecordBatch], kinds: Mapping[str, str], registry_url: str
+) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body: Kafka records (one task's) -> input rows."""
     table = records_table(batches)
     if table.num_rows == 0:
@@ -95,7 +100,7 @@ def decode(batches: Iterable[pa.RecordBatch], kinds: Mapping[str, str]) -> Itera
         if kind == "activity":
             out = decode_activity(part)
         elif kind == "events":
-            out = _rows(part, _event_rows(part))
+            out = _rows(part, _event_rows(part, registry_schemas(registry_url)))
         elif kind == "users":
             out = _rows(part, _user_rows(part))
         else:
@@ -104,15 +109,16 @@ def decode(batches: Iterable[pa.RecordBatch], kinds: Mapping[str, str]) -> Itera
             yield out
 
 
-def decoder(kinds: Mapping[str, str]) -> Any:
+def decoder(kinds: Mapping[str, str], registry_url: str) -> Any:
     """The ``mapInArrow`` function for these topics (picklable)."""
-    return partial(decode, kinds=dict(kinds))
+    return partial(decode, kinds=dict(kinds), registry_url=registry_url)
 
 
-def inputs(records: Any, kinds: Mapping[str, str], lateness: Lateness) -> Any:
+def inputs(records: Any, kinds: Mapping[str, str], lateness: Lateness, registry_url: str) -> Any:
     """Kafka records -> decoded input rows with corrected event time, lateness and Spark's
-    watermark (:func:`projections.time.with_event_time`)."""
-    return with_event_time(records.mapInArrow(decoder(kinds), INPUT_DDL), lateness)
+    watermark (:func:`projections.time.with_event_time`); ``registry_url``: the schema
+    registry the events' schema ids refer to."""
+    return with_event_time(records.mapInArrow(decoder(kinds, registry_url), INPUT_DDL), lateness)
 
 
 # -- activity (columnar) -----------------------------------------------------------------
@@ -177,14 +183,16 @@ def _ms(value: Any) -> int:
     return int(datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def _event_rows(part: pa.Table) -> list[dict[str, Any] | None]:
+def _event_rows(part: pa.Table, schemas: SchemaCache) -> list[dict[str, Any] | None]:
     rows: list[dict[str, Any] | None] = []
     for value in part.column("value").to_pylist():
         if value is None:
             rows.append(None)
             continue
         try:
-            rows.append(_event_row(decode_event(value)))
+            rows.append(_event_row(decode_event(value, schemas)))
+        except RegistryUnavailableError:
+            raise  # the registry does not answer: the batch fails and is retried
         except Exception as exc:  # any undecodable record is a dead letter, never a stop
             rows.append({"error": f"not a readable event: {type(exc).__name__}: {exc}"})
     return rows

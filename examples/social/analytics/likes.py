@@ -173,7 +173,7 @@ def likes_fold(config: AnalyticsConfig, job: str) -> Any:
     def fold(records: Any) -> Any:
         from pyspark.sql import functions as F
 
-        ev = inputs(records, config.kinds(), lateness)
+        ev = inputs(records, config.kinds(), lateness, config.registry_url)
         users = F.col("kind").isin("user", "user_deleted")
         likes = (F.col("kind") == "like") & ~F.col("beyond")
         keyed = ev.where(F.col("error").isNull() & (users | likes)).select(

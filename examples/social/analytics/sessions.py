@@ -140,7 +140,7 @@ def sessions_fold(config: AnalyticsConfig, job: str, gap_ms: int = GAP_MS) -> An
     def fold(records: Any) -> Any:
         from pyspark.sql import functions as F
 
-        ev = inputs(records, config.kinds(), config.lateness)
+        ev = inputs(records, config.kinds(), config.lateness, config.registry_url)
         kept = ev.where(
             F.col("error").isNull()
             & ~F.col("beyond")

@@ -73,7 +73,7 @@ def post_windows(
     def fold(records: Any) -> Any:
         from pyspark.sql import functions as F
 
-        ev = inputs(records, config.kinds(), config.lateness)
+        ev = inputs(records, config.kinds(), config.lateness, config.registry_url)
         tags = _accepted(ev, "post").select(
             F.explode("tags").alias("tag"), "event_ts", "received_time"
         )
@@ -200,7 +200,7 @@ def approx_fold(config: AnalyticsConfig, job: str) -> Any:
     def fold(records: Any) -> Any:
         from pyspark.sql import functions as F
 
-        ev = inputs(records, config.kinds(), config.lateness)
+        ev = inputs(records, config.kinds(), config.lateness, config.registry_url)
         kept = _accepted(ev, "post", "click").where(
             (F.col("kind") == "post")
             | (

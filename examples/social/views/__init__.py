@@ -22,10 +22,15 @@ def social_views(config: ViewsConfig) -> list[View]:
     posts = f"{config.event_topic_prefix}post"
     follows = f"{config.event_topic_prefix}follows"
     source, events = config.catalog_dsn, config.event_store_schema
-    search = search_view(config.index_root, (posts, users))
-    profile = profile_view(config.redis_url, (users, follows, posts))
+    registry = config.schema_registry_url
+    search = search_view(config.index_root, (posts, users), registry_url=registry)
+    profile = profile_view(config.redis_url, (users, follows, posts), registry_url=registry)
     timeline = timeline_view(
-        config.postgres_dsn, config.views_schema, (posts, follows), read_dsn=config.read_dsn
+        config.postgres_dsn,
+        config.views_schema,
+        (posts, follows),
+        read_dsn=config.read_dsn,
+        registry_url=registry,
     )
     return [
         replace(search, verify=check_search(search, source, events)),

@@ -11,12 +11,14 @@ Three inputs, three entity collections (each view keeps the ones it needs):
 
 Every record of a key lives in one partition (keyed topics), so each partition folds alone,
 on an executor. Users are folded columnar (the mirror's fold); events are Avro-decoded one by
-one (no columnar Avro reader here) and folded per key to the newest version.
+one (no columnar Avro reader here; Confluent wire format, writer schemas fetched once by id from
+the schema registry the fold's ``registry`` option names) and folded per key to the newest
+version.
 """
 
 import io
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -24,9 +26,10 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 import pyarrow.json as pj  # type: ignore[import-untyped]
+from pydantic_core import to_jsonable_python
 
-from cdc.outbox import EVENT_SCHEMA
-from connectors.avro import MAGIC, SchemaCatalog
+from connectors.avro import MAGIC, SchemaCache, event_parts, registry_schemas
+from connectors.schema_registry.errors import RegistryUnavailableError
 from event_store.event import Position, RecordedEvent
 from examples.social.posts import POST_UPCASTERS
 from projections.folding import emit, folded_batch, records_table, rejections
@@ -34,27 +37,29 @@ from projections.mirror import fold_changes
 
 USERS, POSTS, FOLLOWS = "users", "posts", "follows"
 
-_CATALOG = SchemaCatalog()
-_CATALOG.register(EVENT_SCHEMA)  # the envelope the outbox writes (data, metadata: JSON)
+Options = Mapping[str, str]
 
 
-def fold_search(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def fold_search(batches: Iterable[pa.RecordBatch], options: Options) -> Iterator[pa.RecordBatch]:
     """The search index's inputs: users and posts."""
-    return fold_entities(batches, {USERS, POSTS})
+    return fold_entities(batches, {USERS, POSTS}, options)
 
 
-def fold_profile(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def fold_profile(batches: Iterable[pa.RecordBatch], options: Options) -> Iterator[pa.RecordBatch]:
     """The profile cache's inputs: users, posts and follows."""
-    return fold_entities(batches, {USERS, POSTS, FOLLOWS})
+    return fold_entities(batches, {USERS, POSTS, FOLLOWS}, options)
 
 
-def fold_timeline(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def fold_timeline(batches: Iterable[pa.RecordBatch], options: Options) -> Iterator[pa.RecordBatch]:
     """The home timeline's inputs: posts and follows."""
-    return fold_entities(batches, {POSTS, FOLLOWS})
+    return fold_entities(batches, {POSTS, FOLLOWS}, options)
 
 
-def fold_entities(batches: Iterable[pa.RecordBatch], wanted: set[str]) -> Iterator[pa.RecordBatch]:
-    """Fold one partition's records into entity writes of the ``wanted`` collections."""
+def fold_entities(
+    batches: Iterable[pa.RecordBatch], wanted: set[str], options: Options
+) -> Iterator[pa.RecordBatch]:
+    """Fold one partition's records into entity writes of the ``wanted`` collections
+    (``options["registry"]``: the schema registry's URL)."""
     table = records_table(batches)
     if table.num_rows == 0:
         return
@@ -62,16 +67,16 @@ def fold_entities(batches: Iterable[pa.RecordBatch], wanted: set[str]) -> Iterat
     for topic in topics:
         part = table.filter(pc.equal(table.column("topic"), topic)) if len(topics) > 1 else table
         if _carries_events(part):
-            yield from emit(_fold_events(part, wanted))
+            yield from emit(_fold_events(part, wanted, registry_schemas(options["registry"])))
         elif USERS in wanted:
             yield from emit([_rekey_users(b) for b in fold_changes(part.to_batches(), USERS)])
 
 
 def _carries_events(part: pa.Table) -> bool:
-    """Event topics hold Avro single-object records (``C3 01``); CDC topics hold JSON."""
+    """Event topics hold Confluent wire-format records (byte 0); CDC topics hold JSON."""
     values = part.column("value")
     for value in values.filter(pc.is_valid(values)).slice(0, 8).to_pylist():
-        if value[:2] == MAGIC:
+        if value[:1] == MAGIC:
             return True
     return False
 
@@ -106,24 +111,26 @@ class _Folded:
     row: int = 0
 
 
-def decode_event(value: bytes) -> dict[str, Any]:
-    """An event record's envelope, its data upcast to the current shape."""
-    envelope = _CATALOG.decode(value)
-    data = json.loads(envelope["data"])
+def decode_event(value: bytes, schemas: SchemaCache) -> dict[str, Any]:
+    """An event record's envelope (``event_id``, ``version``, ``occurred_at``, ...) with its
+    data in JSON form (ISO-8601 times, as the store keeps it), upcast to the current shape."""
+    _, record = schemas.decode(value)
+    parts = event_parts(record)
+    meta = parts.meta
     recorded = RecordedEvent(
-        envelope["event_id"],
-        envelope["stream_id"],
-        envelope["stream_type"],
-        int(envelope["version"]),
-        envelope["event_type"],
-        int(envelope["schema_version"]),
-        data,
+        meta["event_id"],
+        meta["stream_id"],
+        meta["stream_type"],
+        int(meta["version"]),
+        parts.event_type,
+        parts.schema_version,
+        to_jsonable_python(parts.data),
         {},
         datetime.now(UTC),
         Position(0, 0),
     )
     current = POST_UPCASTERS.upcast(recorded)
-    return {**envelope, "event_type": current.event_type, "data": dict(current.data)}
+    return {**meta, "event_type": current.event_type, "data": dict(current.data)}
 
 
 def _entity(event: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None, bool] | None:
@@ -154,7 +161,9 @@ def _entity(event: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None, boo
     return None
 
 
-def _fold_events(table: pa.Table, wanted: set[str]) -> list[pa.RecordBatch | None]:
+def _fold_events(
+    table: pa.Table, wanted: set[str], schemas: SchemaCache
+) -> list[pa.RecordBatch | None]:
     values = table.column("value").to_pylist()
     folded: dict[tuple[str, str], _Folded] = {}
     reasons: dict[int, str] = {}
@@ -165,8 +174,10 @@ def _fold_events(table: pa.Table, wanted: set[str]) -> list[pa.RecordBatch | Non
         if value is None:
             continue  # events are never deleted: a tombstone here means nothing
         try:
-            event = decode_event(value)
+            event = decode_event(value, schemas)
             entity = _entity(event)
+        except RegistryUnavailableError:
+            raise  # the registry does not answer: the batch fails and is retried
         except Exception as exc:  # any undecodable record is a dead letter, never a stop
             reasons[row] = f"not a readable event: {type(exc).__name__}: {exc}"
             continue

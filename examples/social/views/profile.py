@@ -74,6 +74,8 @@ def profile_view(
     topics: tuple[str, ...],
     name: str = NAME,
     key_format: str = "profile:{key}",
+    *,
+    registry_url: str,
 ) -> View:
     store = RedisStore(redis_url, name, COLLECTIONS, count_profiles, {PROFILES: key_format})
 
@@ -86,7 +88,7 @@ def profile_view(
     return View(
         name=name,
         topics=topics,
-        fold=per_partition("examples.social.views.folds:fold_profile"),
+        fold=per_partition("examples.social.views.folds:fold_profile", registry=registry_url),
         store=store,
         description="profile:{user_id} in Redis: handle, display name, bio, follower, "
         "followee and post counts",

@@ -68,7 +68,10 @@ def hit(score: float, fields: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def search_view(index_root: Path, topics: tuple[str, ...], name: str = NAME) -> View:
+def search_view(
+    index_root: Path, topics: tuple[str, ...], name: str = NAME, *, registry_url: str
+) -> View:
+    """The search view; ``registry_url``: the schema registry events' schema ids refer to."""
     store = TantivyStore(index_root, name, COLLECTIONS, join_authors, search_fields=SEARCH_FIELDS)
 
     def search(q: str, limit: int = 10) -> list[dict[str, Any]]:
@@ -78,7 +81,7 @@ def search_view(index_root: Path, topics: tuple[str, ...], name: str = NAME) -> 
     return View(
         name=name,
         topics=topics,
-        fold=per_partition("examples.social.views.folds:fold_search"),
+        fold=per_partition("examples.social.views.folds:fold_search", registry=registry_url),
         store=store,
         description="full-text search over live posts, with their authors (tantivy, BM25)",
         queries=(

@@ -111,6 +111,7 @@ def timeline_view(
     name: str = NAME,
     *,
     read_dsn: str | None = None,
+    registry_url: str,
 ) -> View:
     """The timeline view: its store writes through ``dsn``; its query reads through
     ``read_dsn`` (the views' read-only role; default ``dsn``)."""
@@ -162,7 +163,7 @@ def timeline_view(
     return View(
         name=name,
         topics=topics,
-        fold=per_partition("examples.social.views.folds:fold_timeline"),
+        fold=per_partition("examples.social.views.folds:fold_timeline", registry=registry_url),
         store=store,
         description=f"each user's newest {LENGTH} posts by the users they follow (PostgreSQL)",
         queries=(

@@ -22,7 +22,7 @@ from tests.integration.analytics.lab import lab_config, views_by_job
 def main(raw: str) -> None:
     cfg = json.loads(raw)
     kafka = KafkaConfig(cfg["bootstrap_servers"], client_id="analytics-driver")
-    views = views_by_job(lab_config(kafka, cfg["dsn"], cfg["unique"]))
+    views = views_by_job(lab_config(kafka, cfg["dsn"], cfg["unique"], cfg["registry_url"]))
     markers = Path(cfg["marker_dir"])
     spark = spark_session(
         "local[2]", "analytics-driver", driver_memory="1g", local_dir=cfg["local_dir"]

@@ -18,11 +18,11 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from cdc.outbox import EventOutbox
 from connectors.kafka import KafkaConfig, TopicAdmin, history_topic, state_topic
 from examples.social.activity import ActivityEvent, ActivityPlan, ActivityProducer, generate
 from examples.social.analytics.common import AnalyticsConfig
 from projections.time import MINUTE_MS, Lateness
+from tests.integration.social.feed import social_outbox
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 TAGS = ("kafka", "spark", "flink", "stream", "window", "join")
@@ -174,7 +174,7 @@ class AnalyticsFeed:
                 **{"enable.idempotence": True, "linger.ms": 10, "partitioner": "murmur2_random"}
             )
         )
-        self.outbox = EventOutbox()
+        self.outbox, self.schema_ids = social_outbox(config.registry_url)
         self.position = 9_000_000
 
     def write(self, work: Workload) -> None:
@@ -242,10 +242,12 @@ class AnalyticsFeed:
         for recorded, stream, kind, data, eid in sorted(records, key=lambda r: (r[0], r[1])):
             versions[stream] = versions.get(stream, 0) + 1
             self.position += 1
+            schema_version = 2 if kind == "PostCreated" else 1
             row = {
                 "event_id": eid,
                 "event_type": kind,
-                "schema_version": 2 if kind == "PostCreated" else 1,
+                "schema_version": schema_version,
+                "schema_id": self.schema_ids[(kind, schema_version)],
                 "stream_type": stream.split("-")[0],
                 "stream_id": stream,
                 "version": versions[stream],

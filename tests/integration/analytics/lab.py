@@ -19,7 +19,7 @@ from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
 LATENESS = Lateness(allowed_ms=5 * 60_000, slack_ms=10 * 60_000)
 
 
-def lab_config(kafka: KafkaConfig, dsn: str, unique: str) -> AnalyticsConfig:
+def lab_config(kafka: KafkaConfig, dsn: str, unique: str, registry_url: str) -> AnalyticsConfig:
     return AnalyticsConfig(
         kafka=kafka,
         dsn=dsn,
@@ -31,6 +31,7 @@ def lab_config(kafka: KafkaConfig, dsn: str, unique: str) -> AnalyticsConfig:
         lateness=LATENESS,
         prefix=f"t{unique}.",
         topic_prefix=f"t{unique}.analytics.",
+        registry_url=registry_url,
     )
 
 

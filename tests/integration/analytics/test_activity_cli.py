@@ -35,6 +35,7 @@ def test_activity_commands_write_what_they_print_and_alerts_need_the_jobs(
         **os.environ,
         "TRIBUTARY_HOME": str(tmp_path / "home"),
         "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        "TRIBUTARY_SCHEMA_REGISTRY_URL": stack.settings.registry_url,
         "TRIBUTARY_POSTGRES_URL": stack.database_url,
         "TRIBUTARY_ACTIVITY_TOPIC": topic,
         "TRIBUTARY_ANALYTICS": "",

@@ -64,7 +64,7 @@ class Lab:
 
 @pytest.fixture
 def lab(stack: Endpoints, unique: str, tmp_path: Path) -> Iterator[Lab]:
-    config = lab_config(stack.kafka, stack.postgres_dsn, unique)
+    config = lab_config(stack.kafka, stack.postgres_dsn, unique, stack.settings.registry_url)
     work = make_workload(config.lateness)
     AnalyticsFeed(config).write(work)
     yield Lab(config, views_by_job(config), work, tmp_path / "checkpoints")
@@ -308,6 +308,7 @@ def test_kill_9_mid_window_then_restart_counts_nothing_twice(
         "bootstrap_servers": stack.bootstrap_servers,
         "dsn": stack.postgres_dsn,
         "unique": unique,
+        "registry_url": stack.settings.registry_url,
         "checkpoint_root": str(lab.checkpoints),
         "jobs": jobs,
         "pause_batch": 1,

@@ -13,6 +13,7 @@ from sqlalchemy import Engine, Table, create_engine, text
 from sqlalchemy.engine import make_url
 
 from connectors.postgres import PostgresConfig, make_engine
+from connectors.schema_registry.client import RegistryClient
 from event_store import (
     CommandBus,
     EventStore,
@@ -37,11 +38,17 @@ class StoreEnv:
     app: Engine
     store: EventStore
     users: Table
+    registry_url: str
 
     def bus(self, snapshot_every: int = 100, max_retries: int = 5) -> CommandBus:
+        """A bus of the social domain, its event schemas registered (typed events)."""
+        registry = social_registry(self.users)
+        client = RegistryClient(self.registry_url)
+        registry.codec.register_schemas(client)
+        client.close()
         return CommandBus(
             self.store,
-            social_registry(self.users),
+            registry,
             SnapshotPolicy(snapshot_every),
             max_retries=max_retries,
         )
@@ -74,7 +81,9 @@ def env(stack: Endpoints, unique: str) -> Iterator[StoreEnv]:
         role_url(stack.database_url, role), pool_size=20, max_overflow=4, pool_pre_ping=True
     )
     try:
-        yield StoreEnv(schema, role, admin, app, EventStore(app, schema), users)
+        yield StoreEnv(
+            schema, role, admin, app, EventStore(app, schema), users, stack.settings.registry_url
+        )
     finally:
         app.dispose()
         with admin.begin() as conn:

@@ -164,6 +164,7 @@ def test_cli_command_wait_prints_the_result_as_json(
     thread = _start(processor)
     cli_env = {
         "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        "TRIBUTARY_SCHEMA_REGISTRY_URL": stack.settings.registry_url,
         "TRIBUTARY_COMMANDS_TOPIC": topics.commands,
         "TRIBUTARY_COMMAND_RESULTS_TOPIC": topics.results,
         "TRIBUTARY_COMMAND_TOPIC_PARTITIONS": str(topics.partitions),

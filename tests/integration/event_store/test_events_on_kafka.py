@@ -1,16 +1,24 @@
 """End to end: a command on the `commands` topic -> its result on `command-results` -> its
-events on `events.<stream_type>` through CDC of the events table (no dual write), Avro-decoded
-with the schema found in `_tributary_fingerprints`."""
+events on `events.<stream_type>` through CDC of the events table (no dual write), typed, in the
+Confluent wire format, decoded by Confluent's own ``AvroDeserializer`` from the registry."""
 
 import json
+import struct
 import threading
 from collections.abc import Callable
+from datetime import datetime
 
-from cdc.outbox import EVENT_SCHEMA
-from connectors.avro import FINGERPRINTS_TOPIC, SchemaCatalog
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from sqlalchemy import text
+
 from connectors.kafka import TopicAdmin
 from event_store.command import Accepted
 from event_store.command_topic import CommandClient, CommandProcessor, CommandTopics, ensure_topics
+from event_store.schemas import avro_schema
+from examples.social.posts import PostCreated, PostEdited
 from tests.integration.cdc_process import CdcProcess
 from tests.integration.conftest import Endpoints
 from tests.integration.event_store.conftest import StoreEnv
@@ -65,23 +73,58 @@ def test_a_command_on_kafka_yields_its_result_and_its_events_via_cdc(
 
     wait_until(lambda: len(published()) >= len(event_ids), 120, "the events on events.post", 1)
     records = published()
-    catalog = SchemaCatalog()
-    for record in read_topic(stack.kafka, FINGERPRINTS_TOPIC):
-        catalog.add_record(record.key, record.value)
-    decoded = [catalog.decode(value or b"") for _, value, _ in records]
 
-    assert [str(e["event_id"]) for e in decoded] == event_ids
-    assert [e["version"] for e in decoded] == [1, 2]
+    # Confluent's own deserializer, pointed at the registry, decodes them: typed dicts.
+    registry = SchemaRegistryClient({"url": stack.settings.registry_url})
+    deserialize = AvroDeserializer(registry)
+    context = SerializationContext("events.post", MessageField.VALUE)
+    decoded = [deserialize(value, context) for _, value, _ in records]
+    post_created, post_edited = decoded
+    assert post_created["hashtags"] == ["kafka", "cdc"] and post_created["post_id"] == 7
+    assert post_created["text"] == "hello #kafka #cdc" and post_created["author_id"] == 1
+    assert isinstance(post_created["created_at"], datetime)
+    assert post_created["created_at"].tzinfo is not None
+    assert post_edited["text"] == "edited #kafka"
+    assert isinstance(post_edited["edited_at"], datetime)
+    assert [str(e["_meta"]["event_id"]) for e in decoded] == event_ids
+    assert [e["_meta"]["version"] for e in decoded] == [1, 2]
+    assert [e["_meta"]["event_type"] for e in decoded] == ["PostCreated", "PostEdited"]
+    assert decoded[0]["_meta"]["occurred_at"].tzinfo is not None
+    # Record-name strategy: each event type is its own subject, registered before the append.
+    ids = [struct.unpack(">I", (value or b"")[1:5])[0] for _, value, _ in records]
+    assert [json.loads(registry.get_schema(i).schema_str or "") for i in ids] == [
+        avro_schema(PostCreated),
+        avro_schema(PostEdited),
+    ]
+    subjects = registry.get_subjects()
+    assert {"io.tributary.events.PostCreated", "io.tributary.events.PostEdited"} <= set(subjects)
+    # The store recorded each event's schema id when it was appended.
+    with env.admin.connect() as conn:
+        stored = conn.execute(
+            text(f"SELECT schema_id FROM {env.schema}.events ORDER BY position")
+        ).scalars()
+        assert list(stored) == ids
+
     assert {key for key, _, _ in records} == {created.stream_id.encode()}
-    assert decoded[0]["event_type"] == "PostCreated"
-    assert json.loads(decoded[0]["data"])["hashtags"] == ["kafka", "cdc"]
-    assert decoded[0]["occurred_at"].tzinfo is not None
     assert [h["version"] for _, _, h in records] == [b"1", b"2"]
     assert [h["event_type"] for _, _, h in records] == [b"PostCreated", b"PostEdited"]
     admin = TopicAdmin(stack.kafka)
     configs = admin.configs("events.post")
     assert configs["cleanup.policy"] == "delete" and configs["retention.ms"] == "-1"
-    assert admin.configs(FINGERPRINTS_TOPIC)["cleanup.policy"] == "compact"
-    schema_keys = {r.key for r in read_topic(stack.kafka, FINGERPRINTS_TOPIC)}
-    assert EVENT_SCHEMA.key.encode() in schema_keys
     assert f"cdc.{env.schema}.events" not in admin.topic_names()  # routed, not mirrored raw
+
+
+def test_every_event_on_events_post_decodes_with_confluents_deserializer(
+    stack: Endpoints,
+) -> None:
+    """Whatever the session's tests published on events.post (typed or untyped), the plain
+    client with ``schema.registry.url`` decodes all of it."""
+    if "events.post" not in TopicAdmin(stack.kafka).topic_names():
+        pytest.skip("nothing was published on events.post in this session")
+    deserialize = AvroDeserializer(SchemaRegistryClient({"url": stack.settings.registry_url}))
+    context = SerializationContext("events.post", MessageField.VALUE)
+    for record in read_topic(stack.kafka, "events.post"):
+        value = deserialize(record.value, context)
+        assert isinstance(value, dict)
+        meta = value.get("_meta", value)
+        assert str(meta["event_id"]).encode() == record.headers["event_id"]

@@ -21,6 +21,7 @@ class ViewsProcess:
             **os.environ,
             "TRIBUTARY_HOME": str(home),
             "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+            "TRIBUTARY_SCHEMA_REGISTRY_URL": stack.settings.registry_url,
             "TRIBUTARY_POSTGRES_URL": stack.database_url,
             "TRIBUTARY_REDIS_URL": stack.redis_url,
             "TRIBUTARY_VIEW_TRIGGER_INTERVAL_S": "0.5",

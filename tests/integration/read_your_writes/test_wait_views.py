@@ -62,6 +62,7 @@ def _cli(
         **os.environ,
         "TRIBUTARY_HOME": str(tmp),
         "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        "TRIBUTARY_SCHEMA_REGISTRY_URL": stack.settings.registry_url,
         "TRIBUTARY_POSTGRES_URL": stack.database_url,
         "TRIBUTARY_COMMANDS_TOPIC": topics.commands,
         "TRIBUTARY_COMMAND_RESULTS_TOPIC": topics.results,
@@ -159,6 +160,7 @@ def test_the_client_sends_through_the_bus_and_waits_for_the_views(
         mirror_tables="",
         views=FACTORY,
         command_handlers="tests.integration.read_your_writes.helpers:registry",
+        schema_registry_url=stack.settings.registry_url,
     )
     post_id = random.randrange(10**6, 10**7)
     with TributaryClient(settings) as client:

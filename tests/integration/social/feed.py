@@ -16,10 +16,23 @@ from confluent_kafka import Producer
 
 from cdc.outbox import EventOutbox
 from connectors.kafka import KafkaConfig, TopicAdmin, history_topic, state_topic
+from connectors.schema_registry.client import RegistryClient
+from event_store.schemas import register_event_schemas
 from examples.social import hashtags
+from examples.social.follows import FOLLOW_EVENTS
+from examples.social.posts import POST_EVENTS
 from examples.social.views.reference import SocialState
 
 Record = tuple[str, bytes, bytes | None, list[tuple[str, bytes]]]
+
+
+def social_outbox(registry_url: str) -> tuple[EventOutbox, dict[tuple[str, int], int]]:
+    """The outbox encoder, and the social events' schema ids once registered in the registry
+    at ``registry_url`` (as the command processor registers them at start)."""
+    client = RegistryClient(registry_url)
+    return EventOutbox(client), register_event_schemas([*POST_EVENTS, *FOLLOW_EVENTS], client)
+
+
 WORDS = ["kafka", "spark", "debezium", "stream", "table", "join", "window", "lambda", "ledger"]
 
 
@@ -31,6 +44,7 @@ class SocialFeed:
     seed: int = 5
     state: SocialState = field(default_factory=SocialState)
     sent: list[Record] = field(default_factory=list)
+    registry_url: str | None = None  # the schema registry (required: events are typed)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -45,7 +59,8 @@ class SocialFeed:
                 **{"enable.idempotence": True, "linger.ms": 10, "partitioner": "murmur2_random"}
             )
         )
-        self.outbox = EventOutbox()
+        assert self.registry_url is not None, "events are typed: pass registry_url"
+        self.outbox, self.schema_ids = social_outbox(self.registry_url)
         self.lsn = 5_000_000
         self.versions: dict[str, int] = {}
         self.next_post = 1
@@ -123,6 +138,7 @@ class SocialFeed:
             "recorded_at": self.clock.isoformat().replace("+00:00", "Z"),
             "data": json.dumps(data),
             "metadata": "{}",
+            "schema_id": self.schema_ids[(event_type, schema_version)],
         }
         envelope = {"before": None, "after": row, "op": "c", "source": {"lsn": lsn}}
         for out in self.outbox.route(json.dumps(envelope), str(lsn).encode()):
@@ -132,7 +148,7 @@ class SocialFeed:
 
     def _tick(self) -> str:
         self.clock += timedelta(seconds=self.rng.randrange(1, 90))
-        return self.clock.isoformat()
+        return self.clock.isoformat().replace("+00:00", "Z")  # as the store writes times
 
     def create_post(self, author_id: int) -> int:
         post_id, self.next_post = self.next_post, self.next_post + 1

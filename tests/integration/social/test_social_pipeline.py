@@ -32,7 +32,7 @@ from examples.social.views.reference import (
     expected_search,
     expected_timelines,
 )
-from infra.cli_events import command_bus, load_registry
+from infra.cli_events import command_bus, load_registry, register_schemas
 from infra.cli_views import views_config
 from infra.http_api import create_app
 from infra.settings import Settings, load_settings
@@ -74,6 +74,7 @@ def world(stack: Endpoints, unique: str, tmp_path: Path) -> Iterator[World]:
         "home": tmp_path / "home",
         "view_trigger_interval_s": 0.5,
         "view_max_offsets_per_trigger": 400,
+        "schema_registry_url": stack.settings.registry_url,
     }
     settings = load_settings(**settings_values)
     env = {f"{k.upper()}": str(v) for k, v in settings_values.items()}
@@ -110,6 +111,7 @@ class Workload:
 
     def __init__(self, settings: Settings, seed: int = 9) -> None:
         registry, _ = load_registry(settings.command_handlers)
+        register_schemas(settings, registry)  # as the command processor does at start
         self.engine = make_engine(settings.postgres())
         self.bus = command_bus(settings, self.engine, registry)
         self.rng = random.Random(seed)

@@ -42,20 +42,31 @@ class Social:
 
 @pytest.fixture
 def social(stack: Endpoints, unique: str, tmp_path: Path) -> Iterator[Social]:
-    feed = SocialFeed(stack.kafka, f"t{unique}")
+    registry = stack.settings.registry_url
+    feed = SocialFeed(stack.kafka, f"t{unique}", registry_url=registry)
     topics = feed.topics
     schema = f"views_{unique}"
     yield Social(
         feed,
-        search_view(tmp_path / "indexes", (topics["posts"], topics["users"]), f"search_{unique}"),
+        search_view(
+            tmp_path / "indexes",
+            (topics["posts"], topics["users"]),
+            f"search_{unique}",
+            registry_url=registry,
+        ),
         profile_view(
             stack.redis_url,
             (topics["users"], topics["follows"], topics["posts"]),
             f"profile_{unique}",
             f"t{unique}:profile:{{key}}",
+            registry_url=registry,
         ),
         timeline_view(
-            stack.postgres_dsn, schema, (topics["posts"], topics["follows"]), f"timeline_{unique}"
+            stack.postgres_dsn,
+            schema,
+            (topics["posts"], topics["follows"]),
+            f"timeline_{unique}",
+            registry_url=registry,
         ),
         schema,
         stack.postgres_dsn,

@@ -1,6 +1,7 @@
 """Records in the exact on-topic formats, produced straight to the broker (faster than CDC):
-events through the outbox's own encoder (:class:`cdc.outbox.EventOutbox`, which also yields the
-``_tributary_fingerprints`` record), changes as the Debezium JSON envelopes CDC writes."""
+events through the outbox's own encoder (:class:`cdc.outbox.EventOutbox`: typed, Confluent wire
+format, schemas in the session stack's registry), changes as the Debezium JSON envelopes CDC
+writes."""
 
 import json
 import uuid
@@ -10,18 +11,21 @@ from datetime import UTC, datetime, timedelta
 from confluent_kafka import Producer
 
 from cdc.connector import topic_spec_for
-from cdc.outbox import EventOutbox
 from cdc.publisher import LSN_HEADER, OutgoingChange
 from connectors.changes import TXID_HEADER, Row
 from connectors.kafka import KafkaConfig, TopicAdmin
+from tests.integration.social.feed import social_outbox
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def post_events(aggregate: str, posts: int, per_post: int) -> list[OutgoingChange]:
+def post_events(
+    aggregate: str, posts: int, per_post: int, registry_url: str
+) -> list[OutgoingChange]:
     """``posts`` streams of ``per_post`` events each (``PostCreated`` then ``PostEdited``),
-    interleaved as a store would append them; the first record is the schema record."""
-    outbox = EventOutbox()
+    interleaved as a store would append them, typed (the post events' schemas registered in
+    the registry at ``registry_url``, as the command processor does at start)."""
+    outbox, ids = social_outbox(registry_url)
     out: list[OutgoingChange] = []
     position = 0
     for version in range(1, per_post + 1):
@@ -58,6 +62,7 @@ def post_events(aggregate: str, posts: int, per_post: int) -> list[OutgoingChang
                 "recorded_at": at.isoformat(),
                 "data": json.dumps(data),
                 "metadata": "{}",
+                "schema_id": ids[(event_type, schema_version)],
             }
             out += outbox.route(json.dumps({"op": "c", "after": row}), str(position).encode())
     return out

@@ -2,7 +2,7 @@
 (``A topic:partition ...``) when it changes and each record it handles (``R partition offset
 stream_id version``), then sleeps ``delay`` seconds per record (a slow handler).
 
-    python -m tests.integration.subscribe.member BOOTSTRAP TOPIC GROUP DELAY
+    python -m tests.integration.subscribe.member BOOTSTRAP TOPIC GROUP DELAY REGISTRY
 """
 
 import sys
@@ -13,11 +13,16 @@ from connectors.subscriber import subscribe
 from tests.integration.subscribe.conftest import GROUP_PROPERTIES
 
 
-def main(bootstrap: str, topic: str, group: str, delay: float) -> None:
+def main(bootstrap: str, topic: str, group: str, delay: float, registry: str) -> None:
     kafka = KafkaConfig(bootstrap, client_id="member")
     shown: list[tuple[str, int]] = []
     with subscribe(
-        [topic], group, kafka=kafka, commit_interval=0.2, properties=GROUP_PROPERTIES
+        [topic],
+        group,
+        kafka=kafka,
+        commit_interval=0.2,
+        properties=GROUP_PROPERTIES,
+        schema_registry_url=registry,
     ) as subscriber:
         while True:
             delivery = subscriber.poll(0.2)
@@ -35,4 +40,4 @@ def main(bootstrap: str, topic: str, group: str, delay: float) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    main(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5])

@@ -24,7 +24,11 @@ def test_changes_and_tombstones_come_through_as_change_events(
         partitions=1,
     )
     with subscribe(
-        [topic], f"changes-{unique}", kafka=stack.kafka, properties=GROUP_PROPERTIES
+        [topic],
+        f"changes-{unique}",
+        kafka=stack.kafka,
+        schema_registry_url=stack.settings.registry_url,
+        properties=GROUP_PROPERTIES,
     ) as subscriber:
         got = read_until(subscriber, lambda out: len(out) >= 5)
     changes = [d.value for d in got]
@@ -43,6 +47,7 @@ def test_changes_and_tombstones_come_through_as_change_events(
         [topic],
         f"changes-{unique}",
         kafka=stack.kafka,
+        schema_registry_url=stack.settings.registry_url,
         start=[got[2].position.next()],
         properties=GROUP_PROPERTIES,
     ) as again:
@@ -51,5 +56,12 @@ def test_changes_and_tombstones_come_through_as_change_events(
     assert [d.position.offset for d in rest] == [3, 4]
 
     # Assign mode from stored positions: exactly those partitions, from there.
-    with subscribe([topic], None, kafka=stack.kafka, assign=True, start=[got[3].position]) as s:
+    with subscribe(
+        [topic],
+        None,
+        kafka=stack.kafka,
+        schema_registry_url=stack.settings.registry_url,
+        assign=True,
+        start=[got[3].position],
+    ) as s:
         assert [d.position.offset for d in read_until(s, lambda out: len(out) >= 2)] == [3, 4]

@@ -15,7 +15,7 @@ EXAMPLES = ROOT / "examples" / "downstream"
 
 
 def _start(
-    script: str, bootstrap: str, topic: str, group: str, count: int
+    script: str, bootstrap: str, topic: str, group: str, count: int, registry: str
 ) -> subprocess.Popen[str]:
     env = {
         **os.environ,
@@ -23,6 +23,7 @@ def _start(
         "TOPIC": topic,
         "GROUP_ID": group,
         "MAX_RECORDS": str(count),
+        "SCHEMA_REGISTRY_URL": registry,
     }
     return subprocess.Popen(
         [sys.executable, str(EXAMPLES / script)],
@@ -45,13 +46,40 @@ def test_both_examples_run_as_written(stack: Endpoints, unique: str) -> None:
         ],
         partitions=1,
     )
-    produce(stack.kafka, post_events(aggregate, 2, 2), partitions=1)
+    produce(stack.kafka, post_events(aggregate, 2, 2, stack.settings.registry_url), partitions=1)
 
-    plain = _start("plain_consumer.py", stack.bootstrap_servers, table, f"plain-{unique}", 3)
+    registry = stack.settings.registry_url
+    plain = _start(
+        "plain_consumer.py", stack.bootstrap_servers, table, f"plain-{unique}", 3, registry
+    )
     sdk = _start(
-        "sdk_consumer.py", stack.bootstrap_servers, f"events.{aggregate}", f"sdk-{unique}", 4
+        "sdk_consumer.py",
+        stack.bootstrap_servers,
+        f"events.{aggregate}",
+        f"sdk-{unique}",
+        4,
+        registry,
+    )
+    plain_events = _start(
+        "plain_consumer.py",
+        stack.bootstrap_servers,
+        f"events.{aggregate}",
+        f"plain-events-{unique}",
+        4,
+        registry,
     )
     plain_out, plain_err = plain.communicate(timeout=120)
+    events_out, events_err = plain_events.communicate(timeout=120)
+    assert plain_events.returncode == 0, events_err
+    typed = [line.split(" ", 3) for line in events_out.splitlines()]
+    assert [(stream, version, kind) for stream, version, kind, _ in typed] == [
+        ("0", "1", "PostCreated"),
+        ("1", "1", "PostCreated"),
+        ("0", "2", "PostEdited"),
+        ("1", "2", "PostEdited"),
+    ]
+    assert "'hashtags': ['kafka']" in typed[0][3] and "datetime.datetime(2026" in typed[0][3]
+    assert "'text': 'edit 2'" in typed[2][3]
     sdk_out, sdk_err = sdk.communicate(timeout=120)
     assert plain.returncode == 0, plain_err
     assert sdk.returncode == 0, sdk_err

@@ -43,7 +43,7 @@ Seen = tuple[int, int]  # (partition, offset)
 class Member:
     """The child-process member and what it printed."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, group: str, registry: str) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -53,6 +53,7 @@ class Member:
                 topic,
                 group,
                 "0.01",
+                registry,
             ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -97,14 +98,19 @@ def test_members_share_partitions_and_a_killed_one_loses_and_repeats_nothing_com
     aggregate = f"post_{unique}"
     topic, group = f"events.{aggregate}", f"group-{unique}"
     TopicAdmin(stack.kafka).ensure(history_topic(topic, PARTITIONS))
-    records = post_events(aggregate, POSTS, PER_POST)
-    produce(stack.kafka, records[:1], partitions=PARTITIONS)  # the schema record only
+    records = post_events(aggregate, POSTS, PER_POST, stack.settings.registry_url)
+    produce(stack.kafka, records[:0], partitions=PARTITIONS)  # the topic only
 
-    b = Member(stack.bootstrap_servers, topic, group)
+    b = Member(stack.bootstrap_servers, topic, group, stack.settings.registry_url)
     a_seen: list[Delivery[EventRecord]] = []
     c_seen: list[Delivery[EventRecord]] = []
     a = subscribe(
-        [topic], group, kafka=stack.kafka, commit_interval=0.2, properties=GROUP_PROPERTIES
+        [topic],
+        group,
+        kafka=stack.kafka,
+        schema_registry_url=stack.settings.registry_url,
+        commit_interval=0.2,
+        properties=GROUP_PROPERTIES,
     )
     c: Subscriber[EventRecord] | None = None
     try:
@@ -119,7 +125,7 @@ def test_members_share_partitions_and_a_killed_one_loses_and_repeats_nothing_com
             )
 
         _wait(shared, 60, "both members to own partitions", lambda: _poll(a, a_seen))
-        produce(stack.kafka, records[1:], partitions=PARTITIONS)
+        produce(stack.kafka, records, partitions=PARTITIONS)
         _wait(
             lambda: len(b.records) >= 150, 60, "B to handle 150 records", lambda: _poll(a, a_seen)
         )
@@ -143,7 +149,12 @@ def test_members_share_partitions_and_a_killed_one_loses_and_repeats_nothing_com
             assert committed[p] <= b_last.get(p, -1) + 1, (p, committed[p], b_last.get(p))
 
         c = subscribe(
-            [topic], group, kafka=stack.kafka, commit_interval=0.2, properties=GROUP_PROPERTIES
+            [topic],
+            group,
+            kafka=stack.kafka,
+            schema_registry_url=stack.settings.registry_url,
+            commit_interval=0.2,
+            properties=GROUP_PROPERTIES,
         )
         expected = {(r.partition, r.offset) for r in read_topic(stack.kafka, topic)}
 

@@ -20,7 +20,7 @@ def test_a_late_subscriber_reads_every_event_typed_in_per_key_order(
     stack: Endpoints, unique: str
 ) -> None:
     aggregate = f"post_{unique}"
-    records = post_events(aggregate, POSTS, PER_POST)
+    records = post_events(aggregate, POSTS, PER_POST, stack.settings.registry_url)
     produce(stack.kafka, records, partitions=4)
     topic = f"events.{aggregate}"
     codec = EventCodec(EventRegistry(POST_EVENTS), POST_UPCASTERS)
@@ -30,6 +30,7 @@ def test_a_late_subscriber_reads_every_event_typed_in_per_key_order(
         [topic],
         f"late-{unique}",
         kafka=stack.kafka,
+        schema_registry_url=stack.settings.registry_url,
         event_decoder=domain_events(codec),
         on_error=_fail,
         properties=GROUP_PROPERTIES,

@@ -1,17 +1,36 @@
 import json
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
 
-from cdc.outbox import EVENT_SCHEMA, EventOutbox
-from connectors.avro import MAGIC, AvroDecodeError, AvroSchema, SchemaCatalog
+from cdc.outbox import EventOutbox
+from connectors.avro import (
+    MAGIC,
+    UNTYPED_EVENT_NAME,
+    AvroDecodeError,
+    SchemaCache,
+    event_parts,
+    schema_id_of,
+)
+from event_store import Event
+from event_store.schemas import EventSchemaError, avro_schema, register_event_schemas
+from examples.social.posts import POST_EVENTS, PostCreated
+from tests.memory_registry import MemoryRegistry
 
 EVENT_ID = str(uuid.uuid4())
+DATA = {
+    "post_id": 7,
+    "author_id": 3,
+    "text": "hi #kafka",
+    "hashtags": ["kafka"],
+    "created_at": "2026-11-21T20:00:00.5Z",
+}
 
 
-def _row_change(op: str = "c", version: int = 1) -> str:
-    row = {
+def _row(version: int = 1, schema_id: int | None = None) -> dict[str, object]:
+    return {
         "position": 11,
         "transaction_id": 5,
         "event_id": EVENT_ID,
@@ -20,54 +39,107 @@ def _row_change(op: str = "c", version: int = 1) -> str:
         "version": version,
         "event_type": "PostCreated",
         "schema_version": 2,
-        "data": '{"text":"hi"}',
+        "data": json.dumps(DATA),
         "metadata": '{"command_id":"c1"}',
-        "recorded_at": "2026-11-21T20:00:00.5Z",
+        "recorded_at": "2026-11-21T20:00:01Z",
+        "schema_id": schema_id,
     }
-    return json.dumps({"op": op, "before": None, "after": row, "source": {"lsn": 99}})
 
 
-def test_an_event_row_becomes_an_avro_event_with_its_schema_published_once() -> None:
-    outbox = EventOutbox()
-    schema_record, event = outbox.route(_row_change(), b"99")
-    assert schema_record.topic == "_tributary_fingerprints"
-    assert schema_record.key == EVENT_SCHEMA.key.encode()
+def _change(op: str = "c", **row: object) -> str:
+    return json.dumps({"op": op, "before": None, "after": _row(**row), "source": {"lsn": 99}})  # type: ignore[arg-type]
+
+
+def test_a_typed_row_becomes_a_record_of_its_type_in_the_confluent_wire_format() -> None:
+    registry = MemoryRegistry()
+    ids = register_event_schemas(POST_EVENTS, registry)
+    schema_id = ids[("PostCreated", 2)]
+    outbox = EventOutbox(registry)
+    [event] = outbox.route(_change(schema_id=schema_id), b"99")
     assert event.topic == "events.post" and event.key == b"post-7"
-    assert event.value is not None and event.value[:2] == MAGIC
+    assert event.value is not None and event.value[:1] == MAGIC
+    assert schema_id_of(event.value) == schema_id
     assert dict(event.headers) == {
         "event_type": b"PostCreated",
         "event_id": EVENT_ID.encode(),
         "version": b"1",
         "schema_version": b"2",
+        "position": b"11",
         "lsn": b"99",
     }
-    [second] = outbox.route(_row_change(version=2), b"100")
-    assert second.topic == "events.post"  # the schema is not published again
+    schema, record = SchemaCache(registry.schema_text).decode(event.value)
+    assert schema.name == "io.tributary.events.PostCreated"
+    assert record["created_at"] == datetime(2026, 11, 21, 20, 0, 0, 500000, tzinfo=UTC)
+    assert record["hashtags"] == ["kafka"] and record["post_id"] == 7
+    parts = event_parts(record)
+    assert parts.typed and parts.event_type == "PostCreated" and parts.schema_version == 2
+    assert parts.meta["event_id"] == uuid.UUID(EVENT_ID)
+    assert parts.meta["occurred_at"] == datetime(2026, 11, 21, 20, 0, 1, tzinfo=UTC)
+    assert parts.meta["position"] == 11 and parts.metadata == {"command_id": "c1"}
+    assert parts.data["text"] == "hi #kafka"
 
-    catalog = SchemaCatalog()
-    catalog.add_record(schema_record.key, schema_record.value)
-    decoded = catalog.decode(event.value)
-    assert decoded["event_id"] == uuid.UUID(EVENT_ID)
-    assert decoded["occurred_at"] == datetime(2026, 11, 21, 20, 0, 0, 500000, tzinfo=UTC)
-    assert json.loads(decoded["data"]) == {"text": "hi"}
-    assert decoded["schema_version"] == 2 and decoded["position"] == 11
+
+def test_a_row_without_a_schema_id_goes_out_with_the_untyped_envelope() -> None:
+    registry = MemoryRegistry()
+    outbox = EventOutbox(registry)
+    [event] = outbox.route(_change(), b"1")
+    [again] = outbox.route(_change(version=2), b"2")
+    assert event.value is not None and again.value is not None
+    assert schema_id_of(event.value) == schema_id_of(again.value)  # registered once
+    assert registry.registry.subject_names() == [UNTYPED_EVENT_NAME]
+    _, record = SchemaCache(registry.schema_text).decode(event.value)
+    parts = event_parts(record)
+    assert not parts.typed and parts.data == DATA and parts.event_type == "PostCreated"
 
 
 def test_only_inserts_and_snapshot_reads_are_events() -> None:
-    assert EventOutbox().route(_row_change("d"), b"1") == []
-    assert len(EventOutbox().route(_row_change("r"), b"1")) == 2
+    outbox = EventOutbox(MemoryRegistry())
+    assert outbox.route(_change("d"), b"1") == []
+    assert len(outbox.route(_change("r"), b"1")) == 1
 
 
-def test_decoding_needs_the_marker_and_a_known_schema() -> None:
-    catalog = SchemaCatalog()
-    with pytest.raises(AvroDecodeError, match="marker"):
-        catalog.decode(b"plain json")
-    [_, event] = EventOutbox().route(_row_change(), b"1")
-    with pytest.raises(AvroDecodeError, match="_tributary_fingerprints"):
-        catalog.decode(event.value or b"")
+def test_decoding_needs_the_wire_format_and_a_known_schema() -> None:
+    registry = MemoryRegistry()
+    cache = SchemaCache(registry.schema_text)
+    with pytest.raises(AvroDecodeError, match="wire format"):
+        cache.decode(b"plain json")
+    with pytest.raises(AvroDecodeError, match="schema id 42"):
+        cache.decode(b"\x00\x00\x00\x00\x2a\x02")
+    [event] = EventOutbox(registry).route(_change(), b"1")
+    assert event.value is not None
+    with pytest.raises(AvroDecodeError, match="corrupt"):
+        cache.decode(event.value[:8])
 
 
-def test_a_schemas_record_must_match_its_fingerprint() -> None:
-    other = AvroSchema.of({"type": "record", "name": "X", "fields": []})
-    with pytest.raises(AvroDecodeError, match="fingerprint"):
-        SchemaCatalog().add_record(other.key.encode(), EVENT_SCHEMA.document.encode())
+def test_an_event_class_gives_a_documented_typed_schema() -> None:
+    schema = avro_schema(PostCreated)
+    assert schema["name"] == "PostCreated" and schema["namespace"] == "io.tributary.events"
+    assert schema["doc"].startswith("A post was written")
+    fields = {f["name"]: f["type"] for f in schema["fields"]}
+    assert fields["post_id"] == "long" and fields["text"] == "string"
+    assert fields["hashtags"] == {"type": "array", "items": "string"}
+    assert fields["created_at"] == {"type": "long", "logicalType": "timestamp-micros"}
+    assert fields["_meta"]["name"] == "EventMeta"
+
+
+@dataclass(frozen=True)
+class Rated(Event, name="Rated", namespace="io.tributary.test"):
+    """A rating."""
+
+    stars: int
+    note: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Odd(Event, name="Odd"):
+    value: int | str
+
+
+def test_optional_fields_and_defaults_become_avro_defaults() -> None:
+    fields = {f["name"]: f for f in avro_schema(Rated)["fields"]}
+    assert fields["note"]["type"] == ["null", "string"] and fields["note"]["default"] is None
+    assert fields["tags"]["default"] == []
+    assert "default" not in fields["stars"]
+    with pytest.raises(EventSchemaError, match=r"Odd.value"):
+        avro_schema(Odd)

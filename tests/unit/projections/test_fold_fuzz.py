@@ -9,10 +9,12 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from connectors.avro import SchemaCache, use_schemas
 from examples.social.views.folds import fold_profile
 from projections.mirror import fold_changes
 from projections.view import writes_from_folded
 from spark_streaming.kafka_reader import ARROW_SCHEMA
+from tests.memory_registry import MemoryRegistry
 
 TOPIC = "cdc.public.t"
 
@@ -90,9 +92,16 @@ def records(draw: Any) -> list[dict[str, Any]]:
     return out
 
 
+REGISTRY = "memory://fold-fuzz"
+use_schemas(REGISTRY, SchemaCache(MemoryRegistry().schema_text))
+
+
 def fold(function: Any, rows: list[dict[str, Any]]) -> tuple[list[Any], list[Any]]:
     table = pa.Table.from_pylist(rows, schema=ARROW_SCHEMA)
-    batches = list(function(table.to_batches()))
+    if function is fold_profile:
+        batches = list(fold_profile(table.to_batches(), {"registry": REGISTRY}))
+    else:
+        batches = list(function(table.to_batches()))
     if not batches:
         return [], []
     return writes_from_folded(pa.Table.from_batches(batches))
