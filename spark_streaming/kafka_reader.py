@@ -3,6 +3,19 @@ offsets, and the exact, deterministic read of one offset range as Arrow record b
 
 Everything here runs in Spark's Python processes (the planner and the executors): clients are
 created inside the functions, never pickled.
+
+How long the broker may hold a fetch (``fetch.wait.max.ms``) matters on Tansu: its fetch lists
+every stored batch of the partition and stops listing when that time is up, so on a partition of
+many small batches (a steady producer with a short linger writes tens per second) a short wait
+lists only the first ones and a fetch further on comes back empty, below the high watermark,
+forever: no record, no end-of-partition signal. A longer wait also makes each fetch hold that
+long when the range ends before the log does (Tansu reads on until the wait is up). So a range
+read starts with a short wait and, when a fetch brings nothing while records are due, opens the
+consumer again at its position with a longer one (:data:`FETCH_WAITS_MS`); the wait that worked
+is kept for the partition in this process (Spark reuses its Python workers). On Apache Kafka the
+first wait serves. Tansu also reads on while the fetch's byte budget lasts, so a range read asks
+for about the bytes its records need (:func:`fetch_budget`): a short live range comes back as
+soon as it is there instead of after the whole wait.
 """
 
 import time
@@ -25,7 +38,7 @@ from pyspark.sql.types import (
 )
 
 from connectors.kafka.config import KafkaConfig
-from connectors.kafka.offsets import true_watermarks
+from connectors.kafka.fetching import FETCH_WAITS_MS, longer_wait, range_fetch, stall_s
 from spark_streaming.errors import DataLossError, StreamingError
 from spark_streaming.kafka_offsets import OffsetRange, TopicPartitionKey
 from spark_streaming.kafka_options import EARLIEST, KafkaSourceOptions
@@ -49,6 +62,10 @@ KAFKA_SCHEMA = StructType(
 )
 ARROW_SCHEMA = to_arrow_schema(KAFKA_SCHEMA, timezone="UTC")
 ROWS_PER_ARROW_BATCH = 8192
+PROBE_FETCH_WAIT_MS = 10  # end probes need only a fetch response's high watermark
+
+_learned_wait: dict[tuple[str, str, int], int] = {}
+"""Per (bootstrap servers, topic, partition): the fetch wait that last brought records."""
 
 
 def source_consumer(options: KafkaSourceOptions, **overrides: str | int | bool) -> Consumer:
@@ -83,11 +100,46 @@ def discover(
 
 
 def watermarks(
-    consumer: Consumer, partitions: list[TopicPartitionKey], timeout: float
+    consumer: Consumer,
+    partitions: list[TopicPartitionKey],
+    timeout: float,
+    options: KafkaSourceOptions,
 ) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
-    """(earliest, true end) per partition; the end is read from a fetch response."""
-    marks = true_watermarks(consumer, partitions, timeout)
-    return {tp: m[0] for tp, m in marks.items()}, {tp: m[1] for tp, m in marks.items()}
+    """(earliest, true end) per partition.
+
+    ListOffsets may under-report the end (Tansu answers the base of the last stored batch + 1),
+    so the end is the larger of that and the high watermark of a fetch response from just below
+    it. Only the response's high watermark is needed, not a record (on Tansu a fetch may bring
+    none, see the module's note): a new consumer per call, so the cached watermark it reads can
+    only come from this call's fetch.
+    """
+    lows: dict[TopicPartitionKey, int] = {}
+    highs: dict[TopicPartitionKey, int] = {}
+    for topic, partition in partitions:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout
+            )
+        except Exception as exc:  # confluent_kafka.KafkaException
+            raise StreamingError(f"cannot list offsets of {topic}[{partition}]: {exc}") from exc
+        lows[(topic, partition)], highs[(topic, partition)] = int(low), int(high)
+    pending = {tp for tp in partitions if highs[tp] > lows[tp]}
+    if not pending:
+        return lows, highs
+    probe = source_consumer(options, **{"fetch.wait.max.ms": PROBE_FETCH_WAIT_MS})
+    try:
+        probe.assign([TopicPartition(t, p, highs[(t, p)] - 1) for t, p in sorted(pending)])
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            probe.consume(len(pending), timeout=0.05)  # the fetches run in the background
+            for tp in sorted(pending):
+                _, fetched = probe.get_watermark_offsets(TopicPartition(*tp), cached=True)
+                if fetched is not None and fetched >= 0:
+                    highs[tp] = max(highs[tp], int(fetched))
+                    pending.discard(tp)
+    finally:
+        probe.close()
+    return lows, highs
 
 
 def read_range(options: KafkaSourceOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -96,17 +148,46 @@ def read_range(options: KafkaSourceOptions, offset_range: OffsetRange) -> Iterat
     Offsets at or past ``end`` are never returned, so a range reads the same records every time.
     Gaps (compaction, transaction markers) are skipped; the end-of-partition signal closes a
     range whose last offsets hold no record. Raises :class:`DataLossError` when the start is no
-    longer on the broker, unless ``failOnDataLoss=false``.
+    longer on the broker, unless ``failOnDataLoss=false``, and :class:`StreamingError` when no
+    fetch brought anything for ``kafkaConsumer.pollTimeoutMs`` with the longest fetch wait.
     """
     topic, partition, end = offset_range.topic, offset_range.partition, offset_range.end
-    consumer = source_consumer(options)
+    key = (options.bootstrap_servers, topic, partition)
+    wait = _learned_wait.get(key, FETCH_WAITS_MS[0])
+    start = max(offset_range.start, 0)
+    consumer = source_consumer(options, **range_fetch(wait, end - start))
     try:
-        start = _checked_start(consumer, options, offset_range)
-        if start < end:
-            consumer.assign([TopicPartition(topic, partition, start)])
-            yield from _consume(consumer, options, offset_range, start)
+        position = _checked_start(consumer, options, offset_range)
+        read = _Read(position, options.poll_timeout_s)
+        while position < end:
+            consumer.assign([TopicPartition(topic, partition, position)])
+            yield from _consume(consumer, options, offset_range, read, stall_s(wait))
+            position = read.position
+            if position >= end:
+                break
+            # A fetch brought nothing for a while: open the consumer again with a longer wait.
+            longer = longer_wait(wait)
+            if time.monotonic() > read.deadline:
+                raise StreamingError(
+                    f"{topic}[{partition}]: no record for {options.poll_timeout_s:.0f}s at offset"
+                    f" {position}, expected up to {end - 1} (broker down or range deleted?)"
+                )
+            wait = longer
+            consumer.close()
+            consumer = source_consumer(options, **range_fetch(wait, end - position))
+        if read.got_records:
+            _learned_wait[key] = wait
     finally:
         consumer.close()
+
+
+class _Read:
+    """Where a range read stands: its position, and until when it may go without a record."""
+
+    def __init__(self, position: int, patience_s: float) -> None:
+        self.position = position
+        self.got_records = False
+        self.deadline = time.monotonic() + patience_s
 
 
 def _checked_start(consumer: Consumer, options: KafkaSourceOptions, r: OffsetRange) -> int:
@@ -138,46 +219,54 @@ def _out_of_range(consumer: Consumer, options: KafkaSourceOptions, r: OffsetRang
 
 
 def _consume(
-    consumer: Consumer, options: KafkaSourceOptions, r: OffsetRange, start: int
+    consumer: Consumer, options: KafkaSourceOptions, r: OffsetRange, read: _Read, stall: float
 ) -> Iterator[pa.RecordBatch]:
+    """Records from ``read.position`` up to the range's end; returns early (position below the
+    end) when no fetch brought anything for ``stall`` seconds, for the caller to wait longer."""
     pending: list[Message] = []
-    position = start
-    deadline = time.monotonic() + options.poll_timeout_s
-    while position < r.end:
-        messages = consumer.consume(min(r.end - position, 10_000), timeout=0.5)
-        if messages:
-            deadline = time.monotonic() + options.poll_timeout_s
-        elif time.monotonic() > deadline:
-            raise StreamingError(
-                f"{r.topic}[{r.partition}]: no record for {options.poll_timeout_s:.0f}s at offset"
-                f" {position}, expected up to {r.end - 1} (broker down or range deleted?)"
-            )
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() == RdKafkaError._PARTITION_EOF:
-                    if (message.offset() or 0) >= r.end:
-                        position = r.end
-                    continue
-                if error.code() in (
-                    RdKafkaError._AUTO_OFFSET_RESET,
-                    RdKafkaError.OFFSET_OUT_OF_RANGE,
-                ):
-                    position = _out_of_range(consumer, options, r, position)
-                    consumer.assign([TopicPartition(r.topic, r.partition, position)])
-                    break
-                raise StreamingError(
-                    f"{r.topic}[{r.partition}] fetch failed at {position}: {error.str()}"
-                )
-            offset = message.offset() or 0
-            if offset >= r.end:
-                position = r.end
+    position = read.position
+    quiet_until = time.monotonic() + stall
+    try:
+        while position < r.end:
+            # Ask for no more than may still be there: consume() waits out its timeout when
+            # fewer messages remain.
+            messages = consumer.consume(min(r.end - position, 10_000), timeout=0.5)
+            now = time.monotonic()
+            if messages:
+                quiet_until = now + stall
+                read.deadline = now + options.poll_timeout_s
+            elif now > quiet_until or now > read.deadline:
                 break
-            pending.append(message)
-            position = offset + 1
-        if len(pending) >= ROWS_PER_ARROW_BATCH:
-            yield _batch(pending)
-            pending = []
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == RdKafkaError._PARTITION_EOF:
+                        if (message.offset() or 0) >= r.end:
+                            position = r.end
+                        continue
+                    if error.code() in (
+                        RdKafkaError._AUTO_OFFSET_RESET,
+                        RdKafkaError.OFFSET_OUT_OF_RANGE,
+                    ):
+                        position = _out_of_range(consumer, options, r, position)
+                        consumer.assign([TopicPartition(r.topic, r.partition, position)])
+                        break
+                    raise StreamingError(
+                        f"{r.topic}[{r.partition}] fetch failed at {position}: {error.str()}"
+                    )
+                offset = message.offset() or 0
+                if offset >= r.end:
+                    position = r.end
+                    break
+                pending.append(message)
+                position = offset + 1
+                read.got_records = True
+            read.position = position
+            if len(pending) >= ROWS_PER_ARROW_BATCH:
+                yield _batch(pending)
+                pending = []
+    finally:
+        read.position = position
     if pending:
         yield _batch(pending)
 

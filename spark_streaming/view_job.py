@@ -16,7 +16,9 @@ refused. In each micro-batch (``foreachBatch``):
 """
 
 import shutil
+import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +66,63 @@ class BatchReport:
     offsets: dict[str, dict[str, int]]
     fold_s: float = 0.0  # source read + fold on the executors + transfer to the driver
     write_s: float = 0.0  # the store's atomic apply (with the materializer)
+
+
+PY4J_ERROR = "Py4JJavaError"
+SUMMARY_CHARS = 1500
+
+BatchFunction = Callable[[Any, int], None]
+
+
+def java_summary(exc: BaseException, causes: int = 6) -> str:
+    """A failure in one line: each exception of the chain (for a JVM error, the Java exception
+    and its causes, without their stack traces) by its first and its last line."""
+    parts: list[str] = []
+    current: BaseException | None = exc
+    while current is not None and len(parts) < causes:
+        java = getattr(current, "java_exception", None)
+        if java is None:
+            parts.append(f"{type(current).__name__}: {current}")
+        while java is not None and len(parts) < causes:
+            parts.append(str(java.toString()))
+            java = java.getCause()
+        current = current.__cause__ or current.__context__
+    lines = []
+    for part in parts:
+        kept = [line.strip() for line in part.splitlines() if line.strip()]
+        lines.append(" ... ".join(dict.fromkeys([kept[0], kept[-1]])) if kept else "")
+    # Keep Spark's pattern (see ``batch_errors_in_brief``) from matching the text.
+    return " <- ".join(lines).replace(PY4J_ERROR + ":", PY4J_ERROR + " -")[:SUMMARY_CHARS]
+
+
+def batch_errors_in_brief(function: BatchFunction, what: str = "query") -> BatchFunction:
+    """A foreachBatch function whose failures that went through the JVM (a ``Py4JJavaError``:
+    a Spark job that failed, a Java error pyspark does not translate) leave as a
+    :class:`StreamingError` of one line; the whole trace goes to stderr first.
+
+    When a query is being stopped (``query.stop()`` cancels the running batch's Spark job, whose
+    error pyspark leaves a ``Py4JJavaError``), Spark tells a stop from a failure by matching the
+    Python traceback of the foreachBatch error against ``py4j.protocol.Py4JJavaError: An error
+    occurred while calling((.|\\r\\n|\\r|\\n)*)(...)``
+    (``StreamExecution.isInterruptionException``).
+    That regex recurses once per character after the phrase, so the Java stack trace a
+    ``Py4JJavaError`` carries (thousands of characters) overflows the stream thread's stack:
+    the query dies of a ``StackOverflowError`` that hides the real error and leaves no
+    exception on the query. A larger thread stack only moves the limit; the text must stay
+    short.
+    """
+
+    def guarded(batch: Any, batch_id: int) -> None:
+        try:
+            function(batch, batch_id)
+        except Exception as exc:
+            trace = "".join(traceback.format_exception(exc))
+            if PY4J_ERROR not in trace:
+                raise
+            print(trace, file=sys.stderr, flush=True)
+            raise StreamingError(f"{what}: batch {batch_id} failed: {java_summary(exc)}") from None
+
+    return guarded
 
 
 def lowest(offsets: list[Offsets]) -> Offsets:
@@ -235,7 +294,11 @@ class ViewJob:
         return (self._initial if start is None else start), end
 
     def handle_batch(self, batch: Any, batch_id: int) -> None:
-        """foreachBatch body: check the range against the stores, fold, dead-letter, apply."""
+        """foreachBatch body: check the range against the stores, fold, dead-letter, apply
+        (errors through the JVM in brief: :func:`batch_errors_in_brief`)."""
+        batch_errors_in_brief(self._handle_batch, f"view {self.view.name}")(batch, batch_id)
+
+    def _handle_batch(self, batch: Any, batch_id: int) -> None:
         start, end = self._range(batch_id)
         if all(covers(committed, end) for committed in self._committed):
             if self.view.stateful:

@@ -10,15 +10,13 @@ bring nothing while records are due, reopens its consumer with a longer wait
 (:data:`FETCH_WAITS_MS`). On Apache Kafka the first wait serves.
 """
 
-from connectors.kafka.config import ClientValue
-
 FETCH_WAITS_MS = (100, 500, 2_000, 10_000)
 """``fetch.wait.max.ms`` of range reads, tried in turn while fetches bring nothing."""
 BYTES_PER_RECORD = 1024  # a generous guess: a budget a little short costs one more fetch
 MIN_FETCH_BYTES, MAX_FETCH_BYTES = 64 * 1024, 50 * 1024 * 1024
 
 
-def fetch_budget(records: int) -> dict[str, ClientValue]:
+def fetch_budget(records: int) -> dict[str, int]:
     """Fetch sizes for reading about ``records`` records (a batch larger than the budget still
     comes whole: the budget never stops a read)."""
     budget = min(MAX_FETCH_BYTES, max(MIN_FETCH_BYTES, records * BYTES_PER_RECORD))
@@ -29,7 +27,7 @@ def fetch_budget(records: int) -> dict[str, ClientValue]:
     }
 
 
-def range_fetch(wait_ms: int, records: int) -> dict[str, ClientValue]:
+def range_fetch(wait_ms: int, records: int) -> dict[str, int]:
     """Consumer properties of a range read of about ``records`` records with this wait."""
     return {"fetch.wait.max.ms": wait_ms, **fetch_budget(records)}
 

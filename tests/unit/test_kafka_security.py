@@ -160,7 +160,8 @@ def test_consumers_of_the_kafka_adapters(monkeypatch: pytest.MonkeyPatch) -> Non
     recorder.patch(monkeypatch, "connectors.kafka.reading.Consumer", "reading consumer")
     kafka = secure_settings().kafka("tributary-views")
     offsets.probe_consumer(kafka)
-    assert reading.read_topic(kafka, "cdc.public.users") == []
+    assert reading.read_topic(kafka, "cdc.public.users") == []  # no partition: no reader
+    reading._consumer(kafka, 100, 10)  # the consumer a partition with records is read by
     assert_secured(recorder.clients, {"admin", "probe consumer", "reading consumer"})
 
 
