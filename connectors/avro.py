@@ -265,6 +265,9 @@ def from_json(schema: Mapping[str, Any], value: Any) -> Any:
 
 
 def _from_json(node: Any, value: Any, names: dict[str, Any], namespace: str) -> Any:
+    if node == "bytes" or (isinstance(node, Mapping) and node.get("type") == "bytes"):
+        # The store's JSON keeps bytes as their UTF-8 text (pydantic's JSON mode).
+        return value.encode() if isinstance(value, str) else value
     if isinstance(node, str):
         named = names.get(node) or names.get(f"{namespace}.{node}")
         return value if named is None else _from_json(named, value, names, namespace)

@@ -14,6 +14,8 @@
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pydantic_core import to_jsonable_python
+
 from connectors.subscriber import EventRecord
 from event_store.codec import EventCodec
 from event_store.event import Event, Position, RecordedEvent
@@ -48,7 +50,9 @@ def domain_events(codec: EventCodec) -> Callable[[EventRecord], PublishedEvent]:
             version=record.version,
             event_type=record.event_type,
             schema_version=record.schema_version,
-            data=record.data,
+            # Upcasters and the codec take the stored JSON form (typed Avro values -> JSON),
+            # as on every other read path.
+            data=to_jsonable_python(record.data),
             metadata=record.metadata,
             recorded_at=record.occurred_at,
             # The topic carries the store's sequence, not the writer's transaction id.

@@ -109,7 +109,9 @@ def batch_errors_in_brief(function: BatchFunction, what: str = "query") -> Batch
     ``Py4JJavaError`` carries (thousands of characters) overflows the stream thread's stack:
     the query dies of a ``StackOverflowError`` that hides the real error and leaves no
     exception on the query. A larger thread stack only moves the limit; the text must stay
-    short.
+    short. The price: a batch cancelled by ``query.stop()`` mid-run ends the query as failed
+    (with that one-line error) instead of as stopped; the store's ledger is untouched either
+    way, and the next start resumes from the offsets the store committed.
     """
 
     def guarded(batch: Any, batch_id: int) -> None:

@@ -13,11 +13,13 @@ from tributary.redact import redact_url
 
 class RegistryClient:
     """Calls the registry at ``url``; every error is a :class:`SchemaRegistryError` with the
-    registry's ``error_code`` (or the HTTP status when it sent none)."""
+    registry's ``error_code`` (or the HTTP status when it sent none), and a registry that does
+    not answer or answers 5xx a :class:`RegistryUnavailableError` (retry, not the caller's
+    fault)."""
 
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, timeout: float = 10.0, http: httpx.Client | None = None) -> None:
         self.url = url.rstrip("/")
-        self._http = httpx.Client(
+        self._http = http or httpx.Client(
             base_url=self.url, timeout=timeout, headers={"Accept": CONTENT_TYPE}
         )
 
@@ -41,6 +43,12 @@ class RegistryClient:
             code, message = int(error["error_code"]), str(error["message"])
         except (ValueError, KeyError, TypeError):
             code, message = answer.status_code, answer.text[:200]
+        if answer.status_code >= 500:  # the registry's (or a proxy's) fault: try again later
+            raise RegistryUnavailableError(
+                f"the schema registry at {redact_url(self.url)} answered"
+                f" {answer.status_code}: {message}",
+                code,
+            )
         raise SchemaRegistryError(message, code)
 
     def subjects(self) -> list[str]:

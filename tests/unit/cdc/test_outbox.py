@@ -143,3 +143,27 @@ def test_optional_fields_and_defaults_become_avro_defaults() -> None:
     assert "default" not in fields["stars"]
     with pytest.raises(EventSchemaError, match=r"Odd.value"):
         avro_schema(Odd)
+
+
+@dataclass(frozen=True)
+class Signed(Event, name="Signed", namespace="io.tributary.test"):
+    """An event with a bytes field (the store keeps it as UTF-8 text in JSON)."""
+
+    signature: bytes
+    extra: bytes | None = None
+
+
+def test_a_bytes_field_goes_out_as_avro_bytes() -> None:
+    registry = MemoryRegistry()
+    schema_id = register_event_schemas([Signed], registry)[("Signed", 1)]
+    row = {
+        **_row(schema_id=schema_id),
+        "event_type": "Signed",
+        "schema_version": 1,
+        "stream_type": "signed",
+        "data": json.dumps({"signature": "abc", "extra": None}),
+    }
+    event = EventOutbox(registry).record(row, b"1")
+    assert event.value is not None
+    _, record = SchemaCache(registry.schema_text).decode(event.value)
+    assert record["signature"] == b"abc" and record["extra"] is None

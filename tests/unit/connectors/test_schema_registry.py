@@ -7,11 +7,15 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from connectors.avro import AvroDecodeError, SchemaCache
 from connectors.schema_registry import MemoryLog, ParsedSchema, RegistryState, SchemaRegistry
 from connectors.schema_registry.api import CONTENT_TYPE, create_registry_app
+from connectors.schema_registry.client import RegistryClient
 from connectors.schema_registry.errors import (
     IncompatibleSchemaError,
     InvalidSchemaError,
+    RegistryStoreError,
+    RegistryUnavailableError,
     SchemaNotFoundError,
     SubjectNotFoundError,
 )
@@ -260,3 +264,26 @@ def test_rest_compatibility_config_and_refusal(client: TestClient) -> None:
     assert invalid.status_code == 422 and invalid.json()["error_code"] == 42201
     assert "Avro" in invalid.json()["message"]
     assert post(client, "/subjects/s/versions", V2_REQUIRED).json() == {"id": 2}
+
+
+class BrokenLog(MemoryLog):
+    """A store whose Kafka cannot be written: every registration fails on the server."""
+
+    def append(self, key: bytes, value: bytes | None) -> None:
+        raise RegistryStoreError("writing to _schemas failed: broker transport failure")
+
+
+def test_a_server_error_is_unavailability_not_the_callers_fault() -> None:
+    """A 5xx (our registry's store down, a proxy's 502/503) must make readers retry, never
+    dead-letter a record as undecodable; a 4xx stays the request's own error."""
+    state = RegistryState()
+    app = create_registry_app(SchemaRegistry(state, BrokenLog(state)))
+    client = RegistryClient(
+        "http://testserver", http=TestClient(app, raise_server_exceptions=False)
+    )
+    with pytest.raises(RegistryUnavailableError, match="answered 500") as down:
+        client.register("posts-value", json.dumps(V1))
+    assert down.value.error_code == 50001
+    cache = SchemaCache(client.schema_text)
+    with pytest.raises(AvroDecodeError, match="schema id 7"):  # 404: the record's own fault
+        cache.schema(7)
