@@ -16,6 +16,9 @@ class Service(ABC):
     name: str
     stop_signal: int = signal.SIGTERM
     stop_timeout: float = 30.0
+    # How to stop it when its data is deleted right after (``down --purge``): None stops it
+    # gracefully as always; a single-process service with nothing else to clean may be killed.
+    discard_signal: int | None = None
 
     def __init__(self, home: Path) -> None:
         self.home = home
@@ -91,9 +94,13 @@ class Service(ABC):
             f"log {self.log_path}:\n{log_tail(self.log_path)}"
         )
 
-    def stop(self) -> None:
+    def stop(self, discard: bool = False) -> None:
+        """Stop the process; ``discard``: its data is deleted next, so nothing need be kept."""
         pid = self.pid()
         if pid is not None:
-            stop_pid(pid, self.stop_signal, self.stop_timeout)
+            if discard and self.discard_signal is not None:
+                stop_pid(pid, self.discard_signal, self.stop_timeout)
+            else:
+                stop_pid(pid, self.stop_signal, self.stop_timeout)
         self.pidfile.clear()
         self.cleanup_after_stop()

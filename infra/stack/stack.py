@@ -145,9 +145,10 @@ class LocalStack:
             )
 
     def down(self, purge: bool = False) -> None:
-        """Stop every service gracefully (broker first, so it flushes to storage)."""
+        """Stop every service gracefully (broker first, so it flushes to storage); with
+        ``purge`` the data goes too, so a service that need not be stopped gently is not."""
         for svc in reversed(self.services):
-            svc.stop()
+            svc.stop(discard=purge)
         if purge and self.home.exists():
             shutil.rmtree(self.home)
 

@@ -75,7 +75,7 @@ def stack() -> Iterator[Endpoints]:
     try:
         yield Endpoints(settings, local)
     finally:
-        local.down()
+        local.down(purge=True)
         shutil.rmtree(settings.home.parent, ignore_errors=True)
 
 
