@@ -2,12 +2,15 @@
 
 ``ListOffsets(latest)`` is what ``get_watermark_offsets`` asks, and some Kafka-protocol
 brokers (Tansu among them) answer it with the base offset of the last stored batch + 1
-instead of the end of the log. The high watermark carried by a *fetch* response is
-right everywhere, so a reader that needs the true end fetches from the reported end
-minus one and keeps the larger of the two values. On Apache Kafka both agree and this
-costs one small fetch per non-empty partition.
+instead of the end of the log. The high watermark carried by a *fetch* response is right
+everywhere, so a reader that needs the true end fetches from the reported end minus one and
+keeps the larger of the two values. Only the response's high watermark is needed, not a record:
+on Tansu a fetch with a short wait can come back empty below the end of a partition of many
+small batches (see ``connectors.kafka.fetching``), and it still carries the high watermark. On
+Apache Kafka both values agree and this costs one small fetch per non-empty partition.
 """
 
+import logging
 import time
 from collections.abc import Iterable
 
@@ -16,28 +19,39 @@ from confluent_kafka import KafkaError as RdKafkaError
 
 from connectors.errors import KafkaError
 from connectors.kafka.config import ClientValue, KafkaConfig
+from connectors.kafka.fetching import SHORT_WAIT_MS
+
+log = logging.getLogger(__name__)
 
 Watermarks = dict[tuple[str, int], tuple[int, int]]
 
 
-def probe_consumer(config: KafkaConfig) -> Consumer:
-    """A group-less consumer for assigned reads (no JoinGroup, no commits)."""
-    overrides: dict[str, ClientValue] = {
+def probe_consumer(config: KafkaConfig, **overrides: ClientValue) -> Consumer:
+    """A group-less consumer for assigned reads (no JoinGroup, no commits) and end probes."""
+    props: dict[str, ClientValue] = {
         "group.id": f"{config.client_id}-probe",
         "enable.auto.commit": False,
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
-        "fetch.wait.max.ms": 10,  # Tansu holds a fetch this long even when data is there
+        "fetch.wait.max.ms": SHORT_WAIT_MS,  # Tansu holds a fetch this long even when data is there
+        **overrides,
     }
-    return Consumer(config.client_properties(**overrides))
+    return Consumer(config.client_properties(**props))
 
 
 def true_watermarks(
     consumer: Consumer, partitions: Iterable[tuple[str, int]], timeout: float = 10.0
 ) -> Watermarks:
-    """(low, high) per partition with the high watermark taken from a fetch response."""
+    """(low, high) per partition with the high watermark taken from a fetch response.
+
+    ``consumer`` should fetch with a short wait (:func:`probe_consumer`'s): on Tansu a probe's
+    fetch is held that long. Its cached high watermark (the last fetch response's, which may be
+    older than this call) counts when it is at least what ListOffsets answers now: a batch
+    appended since that response would make ListOffsets answer more. Otherwise the partition is
+    fetched from ListOffsets' end minus one until a response brings a high watermark that high.
+    After ``timeout`` a partition keeps the larger of the two values (a warning is logged).
+    """
     marks: Watermarks = {}
-    probe: list[TopicPartition] = []
     for topic, partition in partitions:
         try:
             low, high = consumer.get_watermark_offsets(
@@ -45,27 +59,38 @@ def true_watermarks(
             )
         except Exception as exc:  # confluent_kafka.KafkaException
             raise KafkaError(f"cannot list offsets of {topic}[{partition}]: {exc}") from exc
-        marks[(topic, partition)] = (low, high)
-        if high > low:
-            probe.append(TopicPartition(topic, partition, high - 1))
-    if not probe:
+        marks[(topic, partition)] = (int(low), int(high))
+    pending = {ref for ref, (low, high) in marks.items() if high > low}
+    _take_cached(consumer, marks, pending)
+    if not pending:
         return marks
-    consumer.assign(probe)
-    pending = {(tp.topic, tp.partition) for tp in probe}
+    consumer.assign([TopicPartition(t, p, marks[(t, p)][1] - 1) for t, p in sorted(pending)])
     deadline = time.monotonic() + timeout
     try:
         while pending and time.monotonic() < deadline:
-            for msg in consumer.consume(len(pending), timeout=0.5):
+            # The fetches run in the background; their records are not needed.
+            for msg in consumer.consume(len(pending), timeout=0.05):
                 err = msg.error()
                 if err is not None and err.code() != RdKafkaError._PARTITION_EOF:
                     raise KafkaError(f"fetch for end offsets failed: {err.str()}", err.name())
-                pending.discard((msg.topic(), msg.partition()))
+            _take_cached(consumer, marks, pending)
     finally:
-        for tp in probe:
-            key = (tp.topic, tp.partition)
-            low, high = marks[key]
-            _, fetched_high = consumer.get_watermark_offsets(tp, cached=True)
-            if fetched_high is not None and fetched_high >= 0:
-                marks[key] = (low, max(high, fetched_high))
         consumer.unassign()
+    if pending:
+        log.warning(
+            "no fetch response within %.0fs for %s: keeping the listed end offsets",
+            timeout,
+            ", ".join(f"{t}[{p}]" for t, p in sorted(pending)),
+        )
     return marks
+
+
+def _take_cached(consumer: Consumer, marks: Watermarks, pending: set[tuple[str, int]]) -> None:
+    """Take the cached high watermark of each pending partition that is at least its listed end
+    (the true end then), and drop that partition from ``pending``."""
+    for ref in sorted(pending):
+        low, high = marks[ref]
+        _, fetched = consumer.get_watermark_offsets(TopicPartition(*ref), cached=True)
+        if fetched is not None and fetched >= high:
+            marks[ref] = (low, int(fetched))
+            pending.discard(ref)
