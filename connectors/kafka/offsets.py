@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 Watermarks = dict[tuple[str, int], tuple[int, int]]
 
+_GONE = (RdKafkaError.OFFSET_OUT_OF_RANGE, RdKafkaError._AUTO_OFFSET_RESET)
+
 
 def probe_consumer(config: KafkaConfig, **overrides: ClientValue) -> Consumer:
     """A group-less consumer for assigned reads (no JoinGroup, no commits) and end probes."""
@@ -71,8 +73,12 @@ def true_watermarks(
             # The fetches run in the background; their records are not needed.
             for msg in consumer.consume(len(pending), timeout=0.05):
                 err = msg.error()
-                if err is not None and err.code() != RdKafkaError._PARTITION_EOF:
-                    raise KafkaError(f"fetch for end offsets failed: {err.str()}", err.name())
+                if err is None or err.code() == RdKafkaError._PARTITION_EOF:
+                    continue
+                if err.code() in _GONE:  # deleted since it was listed: keep the listed end
+                    pending.discard((msg.topic() or "", msg.partition() or 0))
+                    continue
+                raise KafkaError(f"fetch for end offsets failed: {err.str()}", err.name())
             _take_cached(consumer, marks, pending)
     finally:
         consumer.unassign()
