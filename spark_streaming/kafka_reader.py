@@ -70,6 +70,7 @@ KAFKA_SCHEMA = StructType(
 )
 ARROW_SCHEMA = to_arrow_schema(KAFKA_SCHEMA, timezone="UTC")
 ROWS_PER_ARROW_BATCH = 8192
+PROBE_FETCH_WAIT_MS = SHORT_WAIT_MS  # end probes need only a fetch response's high watermark
 
 _learned_wait: dict[tuple[str, str, int], int] = {}
 """Per (bootstrap servers, topic, partition): the fetch wait that last brought records."""
@@ -111,13 +112,20 @@ def discover(
 
 
 def watermarks(
-    consumer: Consumer, partitions: list[TopicPartitionKey], timeout: float
+    consumer: Consumer,
+    partitions: list[TopicPartitionKey],
+    timeout: float,
+    options: KafkaSourceOptions,
 ) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
     """(earliest, true end) per partition: :func:`connectors.kafka.offsets.true_watermarks`
-    (ListOffsets may under-report the end; the end is taken from a fetch response's high
-    watermark, which needs no record). ``consumer`` is a :func:`source_consumer`."""
+    (ListOffsets may under-report the end; the end is taken from the high watermark of a fetch
+    response of a new consumer, which needs no record). ``consumer`` lists the offsets."""
+
+    def probe() -> Consumer:
+        return source_consumer(options, **{"fetch.wait.max.ms": PROBE_FETCH_WAIT_MS})
+
     try:
-        marks = true_watermarks(consumer, partitions, timeout)
+        marks = true_watermarks(consumer, partitions, timeout, fresh=probe)
     except KafkaError as exc:
         raise StreamingError(str(exc)) from exc
     return {tp: low for tp, (low, _) in marks.items()}, {

@@ -107,7 +107,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._partitions is None or now - self._discovered_at > DISCOVERY_INTERVAL_S:
             self._partitions = discover(consumer, self.options, self.options.poll_timeout_s)
             self._discovered_at = now
-        return watermarks(consumer, self._partitions, self.options.poll_timeout_s)
+        return watermarks(consumer, self._partitions, self.options.poll_timeout_s, self.options)
 
     def initialOffset(self) -> Offsets:
         lows, highs = self._marks()

@@ -12,7 +12,7 @@ Apache Kafka both values agree and this costs one small fetch per non-empty part
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
@@ -42,16 +42,21 @@ def probe_consumer(config: KafkaConfig, **overrides: ClientValue) -> Consumer:
 
 
 def true_watermarks(
-    consumer: Consumer, partitions: Iterable[tuple[str, int]], timeout: float = 10.0
+    consumer: Consumer,
+    partitions: Iterable[tuple[str, int]],
+    timeout: float = 10.0,
+    *,
+    fresh: Callable[[], Consumer],
 ) -> Watermarks:
     """(low, high) per partition with the high watermark taken from a fetch response.
 
-    ``consumer`` should fetch with a short wait (:func:`probe_consumer`'s): on Tansu a probe's
-    fetch is held that long. Its cached high watermark (the last fetch response's, which may be
-    older than this call) counts when it is at least what ListOffsets answers now: a batch
-    appended since that response would make ListOffsets answer more. Otherwise the partition is
-    fetched from ListOffsets' end minus one until a response brings a high watermark that high.
-    After ``timeout`` a partition keeps the larger of the two values (a warning is logged).
+    ``consumer`` lists the offsets; ``fresh`` makes the consumer that fetches from the listed
+    end minus one (with a short wait, as :func:`probe_consumer`: on Tansu a fetch is held that
+    long), closed after the call. It must be a new one: a client keeps the last high watermark
+    it saw per partition, and only a new client's can come from this call's fetch (Tansu's
+    ListOffsets under-reports by more than the last batch, so an older value cannot be told
+    from a current one). After ``timeout`` a partition keeps its listed end (a warning is
+    logged).
     """
     marks: Watermarks = {}
     for topic, partition in partitions:
@@ -63,15 +68,15 @@ def true_watermarks(
             raise KafkaError(f"cannot list offsets of {topic}[{partition}]: {exc}") from exc
         marks[(topic, partition)] = (int(low), int(high))
     pending = {ref for ref, (low, high) in marks.items() if high > low}
-    _take_cached(consumer, marks, pending)
     if not pending:
         return marks
-    consumer.assign([TopicPartition(t, p, marks[(t, p)][1] - 1) for t, p in sorted(pending)])
-    deadline = time.monotonic() + timeout
+    probe = fresh()
     try:
+        probe.assign([TopicPartition(t, p, marks[(t, p)][1] - 1) for t, p in sorted(pending)])
+        deadline = time.monotonic() + timeout
         while pending and time.monotonic() < deadline:
             # The fetches run in the background; their records are not needed.
-            for msg in consumer.consume(len(pending), timeout=0.05):
+            for msg in probe.consume(len(pending), timeout=0.05):
                 err = msg.error()
                 if err is None or err.code() == RdKafkaError._PARTITION_EOF:
                     continue
@@ -79,9 +84,14 @@ def true_watermarks(
                     pending.discard((msg.topic() or "", msg.partition() or 0))
                     continue
                 raise KafkaError(f"fetch for end offsets failed: {err.str()}", err.name())
-            _take_cached(consumer, marks, pending)
+            for ref in sorted(pending):
+                low, high = marks[ref]
+                _, fetched = probe.get_watermark_offsets(TopicPartition(*ref), cached=True)
+                if fetched is not None and fetched >= 0:
+                    marks[ref] = (low, max(high, int(fetched)))
+                    pending.discard(ref)
     finally:
-        consumer.unassign()
+        probe.close()
     if pending:
         log.warning(
             "no fetch response within %.0fs for %s: keeping the listed end offsets",
@@ -89,14 +99,3 @@ def true_watermarks(
             ", ".join(f"{t}[{p}]" for t, p in sorted(pending)),
         )
     return marks
-
-
-def _take_cached(consumer: Consumer, marks: Watermarks, pending: set[tuple[str, int]]) -> None:
-    """Take the cached high watermark of each pending partition that is at least its listed end
-    (the true end then), and drop that partition from ``pending``."""
-    for ref in sorted(pending):
-        low, high = marks[ref]
-        _, fetched = consumer.get_watermark_offsets(TopicPartition(*ref), cached=True)
-        if fetched is not None and fetched >= high:
-            marks[ref] = (low, int(fetched))
-            pending.discard(ref)

@@ -108,6 +108,8 @@ SEP = "\x1f"  # between the view and the generation in a ledger key
 MAX_MESSAGE_BYTES = 1_000_000  # the producer's message.max.bytes (librdkafka's default)
 _RECORD_OVERHEAD = 512  # headers and framing, kept free below MAX_MESSAGE_BYTES
 
+FIRST_FETCH_WAIT_MS = SHORT_WAIT_MS  # reads start with it (Tansu holds every fetch that long)
+
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _GENERATION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 
@@ -410,8 +412,8 @@ class RangeReader:
 
     def __init__(self, kafka: KafkaConfig) -> None:
         self.kafka = kafka
-        self.wait = SHORT_WAIT_MS
-        self.consumer = _consumer(kafka)
+        self.wait = FIRST_FETCH_WAIT_MS
+        self.consumer = _consumer(kafka, **{"fetch.wait.max.ms": self.wait})
 
     def lengthen(self, records: int) -> bool:
         """Open the consumer again with the next longer wait, its fetches sized for about
@@ -593,8 +595,8 @@ class LedgerLog:
         self.view = view
         self.timeout = timeout
         self.prefix = f"{view}{SEP}"
+        self.kafka = kafka
         self.reader = RangeReader(kafka)
-        self.probe = _consumer(kafka)  # end probes keep the short wait
         self.next = 0
         self.records: dict[str, GenerationRecord] = {}
 
@@ -602,9 +604,12 @@ class LedgerLog:
         """Read what was appended since the last read, up to the true end of the ledger."""
         ref = (self.topic, 0)
         try:
-            low, high = true_watermarks(self.probe, [ref], self.timeout)[ref]
+            marks = true_watermarks(
+                self.reader.consumer, [ref], self.timeout, fresh=lambda: _consumer(self.kafka)
+            )
         except KafkaError as exc:
             raise StoreUnavailableError(f"view {self.view}: ledger {self.topic}: {exc}") from exc
+        low, high = marks[ref]
         if high < self.next:
             # Recreated, or a broker answering 0 for a partition with an open transaction:
             # either way starting over could lose the live record (and make a new one).
@@ -658,7 +663,6 @@ class LedgerLog:
 
     def close(self) -> None:
         self.reader.close()
-        self.probe.close()
 
 
 # -- the store ----------------------------------------------------------------------------

@@ -86,14 +86,17 @@ def test_a_range_read_waits_longer_when_fetches_bring_nothing_and_reads_it_exact
     assert learned == (1 if stack.local is None else 500)
 
 
-def test_the_true_end_needs_no_record_only_a_fetch_response(stack: Endpoints, topic: str) -> None:
+def test_the_true_end_needs_no_record_only_a_fetch_response(
+    stack: Endpoints, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A fetch that brings no record (the wait too short for Tansu's listing) still carries the
     # high watermark: the end probe ends with the first response instead of its timeout.
+    monkeypatch.setattr(kafka_reader, "PROBE_FETCH_WAIT_MS", 1)
     options = options_for(stack, topic, 30_000)
-    consumer = source_consumer(options, **{"fetch.wait.max.ms": 1})
+    consumer = source_consumer(options)
     began = time.monotonic()
     try:
-        lows, highs = watermarks(consumer, [(topic, 0)], 30.0)
+        lows, highs = watermarks(consumer, [(topic, 0)], 30.0, options)
     finally:
         consumer.close()
     assert (lows[(topic, 0)], highs[(topic, 0)]) == (0, RECORDS)
