@@ -23,7 +23,7 @@ from connectors.stores.base import Collection
 from connectors.stores.kafka import GenerationRecord, KafkaStore, Slot, ledger_key
 from tests.integration.conftest import Endpoints
 
-SINGLE = 300  # single-record batches
+SINGLE = 200  # single-record batches
 TAIL = 5  # then one batch of this many records: ListOffsets (on Tansu) says its base + 1
 
 
