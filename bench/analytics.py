@@ -56,8 +56,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.spark_reads import PLAIN_CONSUMER, plain_read, source_alone
 from connectors.kafka import KafkaConfig, TopicAdmin
-from connectors.kafka.config import ClientValue
 from examples.social.activity import (
     HOUR_MS,
     ActivityEvent,
@@ -72,11 +72,10 @@ from infra.stack import LocalStack
 from projections.time import Lateness
 from projections.view import View
 from spark_streaming.session import spark_session
-from spark_streaming.stream import has_spark_kafka_connector, kafka_stream
+from spark_streaming.stream import has_spark_kafka_connector
 from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
 from tests.stackenv import isolated_settings
 
-PLAIN_CONSUMER: dict[str, ClientValue] = {"group.id": "bench-plain", "enable.auto.commit": False}
 EVENTS_PER_SESSION = 8.75  # generate(): 1-6 searches per session, 0-3 clicks per search
 JOBS: dict[str, Callable[[AnalyticsConfig], View]] = {
     "corrected": corrected_view,
@@ -220,43 +219,6 @@ def fill(
 
 
 # -- baselines ----------------------------------------------------------------------------
-
-
-def plain_read(kafka: KafkaConfig, topic: str, ends: dict[int, int]) -> float:
-    """Seconds for a plain assigned consumer to read every record."""
-    consumer = Consumer(kafka.client_properties(**PLAIN_CONSUMER))
-    started = time.perf_counter()
-    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-    left = sum(ends.values())
-    while left > 0:
-        for message in consumer.consume(min(left, 10_000), timeout=1.0):
-            if message.error() is None:
-                left -= 1
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    return elapsed
-
-
-def source_alone(spark: Any, kafka: KafkaConfig, topic: str, checkpoint: Path, batch: int) -> float:
-    """Wall seconds for the Spark Kafka source into noop, from offset zero."""
-    stream = kafka_stream(
-        spark,
-        {
-            "kafka.bootstrap.servers": kafka.bootstrap_servers,
-            "subscribe": topic,
-            "startingOffsets": "earliest",
-            "maxOffsetsPerTrigger": str(batch),
-        },
-    )
-    started = time.perf_counter()
-    query = (
-        stream.writeStream.format("noop")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    return time.perf_counter() - started
 
 
 def warm_python_workers(spark: Any) -> None:
@@ -683,7 +645,7 @@ def main() -> None:
         source_alone(spark, kafka, topic, work / "warm", args.batch)  # JVM warm
         warm_python_workers(spark)
         plain_s = plain_read(kafka, topic, ends)
-        source_s = source_alone(spark, kafka, topic, work / "source", args.batch)
+        source_s, _, _ = source_alone(spark, kafka, topic, work / "source", args.batch)
         options = JobOptions(
             checkpoint_root=work / "checkpoints", max_offsets_per_trigger=args.batch
         )

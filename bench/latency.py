@@ -62,7 +62,7 @@ class Tail(threading.Thread):
         admin = TopicAdmin(kafka)
         probe = probe_consumer(kafka)
         parts = [(t, p) for t in topics for p in range(admin.partition_count(t) or 0)]
-        marks = true_watermarks(probe, parts)
+        marks = true_watermarks(probe, parts, fresh=lambda: probe_consumer(kafka))
         probe.close()
         self.consumer = Consumer(
             kafka.client_properties(

@@ -26,7 +26,6 @@ job (``tests/chaos``).
 """
 
 import argparse
-import json
 import multiprocessing as mp
 import random
 import shutil
@@ -36,30 +35,24 @@ import sys
 import threading
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from confluent_kafka import Consumer, TopicPartition
 from sqlalchemy import text
 
 from connectors.postgres import make_engine
-from event_store.command_topic import CommandClient, CommandTopics, ensure_topics
+from event_store.command_topic import CommandClient, ensure_topics
 from examples.social import upsert_user, users_table
 from infra.settings import Settings
 from infra.stack import LocalStack
+from tests.command_results import Results, topics_of
 from tests.stackenv import isolated_settings
 
 USERS = 16
-
-
-def topics_of(settings: Settings) -> CommandTopics:
-    return CommandTopics(
-        settings.commands_topic, settings.command_results_topic, settings.command_topic_partitions
-    )
 
 
 # -- the children: the processor and the HTTP API, as production runs them ----------------
@@ -119,38 +112,6 @@ class Tally:
     def add(self, item: Sent) -> None:
         with self.lock:
             self.sent.append(item)
-
-
-class Results(threading.Thread):
-    """Reads ``command-results`` from its start: every record by command id."""
-
-    def __init__(self, settings: Settings, topic: str, partitions: int) -> None:
-        super().__init__(daemon=True)
-        self.by_id: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        self.cond = threading.Condition()
-        self.stop = threading.Event()
-        self._consumer = Consumer(
-            settings.kafka("load-results").client_properties(
-                **{"group.id": "load-results", "enable.auto.commit": "false"}
-            )
-        )
-        self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            for msg in self._consumer.consume(500, 0.05):
-                key, value = msg.key(), msg.value()
-                if msg.error() is None and key is not None and value is not None:
-                    with self.cond:
-                        self.by_id[key.decode()].append(json.loads(value))
-                        self.cond.notify_all()
-        self._consumer.close()
-
-    def wait(self, command_id: str, timeout: float) -> dict[str, Any] | None:
-        with self.cond:
-            self.cond.wait_for(lambda: command_id in self.by_id, timeout)
-            found = self.by_id.get(command_id)
-            return found[0] if found else None
 
 
 def command(rng: random.Random, hot: int, new_post: Any) -> tuple[str, dict[str, Any]]:
@@ -268,7 +229,7 @@ def main() -> None:
         with engine.begin() as conn:  # the processor's child created the tables by now
             for user_id in range(1, USERS + 1):
                 upsert_user(conn, users_table(), user_id, f"user{user_id}", f"User {user_id}")
-        results = Results(settings, topics.results, topics.partitions)
+        results = Results(settings, "load-results")
         results.start()
         import httpx
 
@@ -322,7 +283,7 @@ def main() -> None:
             time.sleep(0.5)
         elapsed = time.monotonic() - started
         time.sleep(3)  # late duplicates would show up here
-        results.stop.set()
+        results.halt.set()
         results.join(10)
         report(settings, engine, tally, results, elapsed, alive_throughout, warm_id, setup_events)
         for child in children:

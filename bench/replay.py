@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.social_workload import BenchFeed, expected_profiles, fill_social
+from bench.spark_reads import plain_read, plain_read_topics, source_alone
 from connectors.kafka import KafkaConfig, TopicAdmin, state_topic
 from connectors.kafka.config import ClientValue
 from examples.social.views import social_views
@@ -53,11 +54,8 @@ from spark_streaming.kafka_options import KafkaSourceOptions
 from spark_streaming.kafka_reader import read_range
 from spark_streaming.replay import replay
 from spark_streaming.session import spark_session
-from spark_streaming.stream import kafka_stream
 from spark_streaming.views import ViewsConfig, configured_views
 from tests.stackenv import isolated_settings
-
-PLAIN_CONSUMER: dict[str, ClientValue] = {"group.id": "bench-plain", "enable.auto.commit": False}
 
 
 def envelope(op: str, before: object, after: object, lsn: int, table: str) -> bytes:
@@ -90,17 +88,14 @@ def fill(kafka: KafkaConfig, topic: str, records: int, keys: int, partitions: in
     """Inserts, updates and deletes (with tombstones) of ``keys`` rows, ``records`` in all;
     returns the rows alive at the end."""
     TopicAdmin(kafka).ensure(state_topic(topic, partitions))
-    producer = Producer(
-        kafka.client_properties(
-            **{
-                "enable.idempotence": True,
-                "linger.ms": 20,
-                "batch.size": 1_000_000,
-                "queue.buffering.max.messages": 1_000_000,
-                "partitioner": "murmur2_random",
-            }
-        )
-    )
+    bulk: dict[str, ClientValue] = {
+        "enable.idempotence": True,
+        "linger.ms": 20,
+        "batch.size": 1_000_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "partitioner": "murmur2_random",
+    }
+    producer = Producer(kafka.client_properties(**bulk))
     table = topic.rsplit(".", 1)[1]
     rng = random.Random(1)
     live: dict[int, int] = {}
@@ -131,41 +126,6 @@ def fill(kafka: KafkaConfig, topic: str, records: int, keys: int, partitions: in
     return len(live)
 
 
-def plain_read(kafka: KafkaConfig, topic: str, ends: dict[int, int], decode: bool = False) -> float:
-    """Seconds for a plain assigned consumer to read every record (asking only for what is
-    left), optionally decoding each value with ``json.loads``."""
-    consumer = Consumer(kafka.client_properties(**PLAIN_CONSUMER))
-    started = time.perf_counter()
-    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-    left = sum(ends.values())
-    while left > 0:
-        for message in consumer.consume(min(left, 10_000), timeout=1.0):
-            if message.error() is None:
-                if decode:
-                    value = message.value()
-                    if value is not None:
-                        json.loads(value)
-                left -= 1
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    return elapsed
-
-
-def plain_read_topics(kafka: KafkaConfig, ends: dict[tuple[str, int], int]) -> float:
-    """Seconds for a plain assigned consumer to read every record of several topics."""
-    consumer = Consumer(kafka.client_properties(**PLAIN_CONSUMER))
-    started = time.perf_counter()
-    consumer.assign([TopicPartition(topic, p, 0) for topic, p in ends])
-    left = sum(ends.values())
-    while left > 0:
-        for message in consumer.consume(min(left, 10_000), timeout=1.0):
-            if message.error() is None:
-                left -= 1
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    return elapsed
-
-
 def read_and_fold(kafka: KafkaConfig, topic: str, ends: dict[int, int]) -> tuple[float, float]:
     """Seconds for the project's reader alone, and for reader + columnar fold (one process)."""
     options = KafkaSourceOptions.parse(
@@ -182,32 +142,6 @@ def read_and_fold(kafka: KafkaConfig, topic: str, ends: dict[int, int]) -> tuple
         for _ in fold_changes(part):
             pass
     return read_s, read_s + time.perf_counter() - started
-
-
-def source_alone(
-    spark: Any, kafka: KafkaConfig, topic: str, checkpoint: Path, batch: int
-) -> tuple[float, float, int]:
-    """Wall seconds, seconds inside batches, and batches, for the Spark source into noop."""
-    stream = kafka_stream(
-        spark,
-        {
-            "kafka.bootstrap.servers": kafka.bootstrap_servers,
-            "subscribe": topic,
-            "startingOffsets": "earliest",
-            "maxOffsetsPerTrigger": str(batch),
-        },
-    )
-    started = time.perf_counter()
-    query = (
-        stream.writeStream.format("noop")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    wall = time.perf_counter() - started
-    busy = sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress) / 1000
-    return wall, busy, len(query.recentProgress)
 
 
 def mirror_count(dsn: str, schema: str, table: str) -> int:

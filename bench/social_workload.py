@@ -15,14 +15,11 @@ delete or unfollow with nothing to act on becomes a post or a follow).
 
 import random
 from collections import Counter
-from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
-from confluent_kafka import Producer
-
-from connectors.kafka import TopicAdmin, history_topic, state_topic
+from connectors.kafka.config import ClientValue
 from examples.social.views.reference import SocialState
-from tests.integration.social.feed import SocialFeed, social_outbox
+from tests.integration.social.feed import Headers, SocialFeed
 
 MIX = (
     ("rename", 0.02),
@@ -38,35 +35,23 @@ class BenchFeed(SocialFeed):
     """:class:`SocialFeed` on ``cdc.public.users`` / ``events.*`` with a bulk producer, not
     keeping a copy of every record sent."""
 
+    producer_properties: ClassVar[dict[str, ClientValue]] = {
+        "enable.idempotence": True,
+        "linger.ms": 20,
+        "batch.size": 1_000_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "partitioner": "murmur2_random",
+    }
+
+    def event_topic_prefix(self) -> str:
+        return "events."  # the real names
+
     def __post_init__(self) -> None:
-        self.rng = random.Random(self.seed)
-        self.users_topic = f"{self.prefix}.public.users"
-        self.event_prefix = "events."
-        admin = TopicAdmin(self.kafka)
-        admin.ensure(state_topic(self.users_topic, self.partitions))
-        for kind in ("post", "follows"):
-            admin.ensure(history_topic(self.event_prefix + kind, self.partitions))
-        self.producer = Producer(
-            self.kafka.client_properties(
-                **{
-                    "enable.idempotence": True,
-                    "linger.ms": 20,
-                    "batch.size": 1_000_000,
-                    "queue.buffering.max.messages": 1_000_000,
-                    "partitioner": "murmur2_random",
-                }
-            )
-        )
-        assert self.registry_url is not None, "events are typed: pass registry_url"
-        self.outbox, self.schema_ids = social_outbox(self.registry_url)
-        self.lsn = 5_000_000
-        self.versions: dict[str, int] = {}
-        self.next_post = 1
-        self.clock = datetime(2026, 1, 1, tzinfo=UTC)
+        super().__post_init__()
         self.records = 0
 
     def _produce(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers
     ) -> None:
         self.records += 1
         self.producer.produce(topic, key=key, value=value, headers=headers)

@@ -339,7 +339,11 @@ class ResultWaiter:
         if info is None or info.error is not None or not info.partitions:
             self._consumer.close()
             raise KafkaError(f"topic {topic} does not exist: start `tributary run commands`")
-        marks = true_watermarks(self._consumer, [(topic, p) for p in info.partitions])
+        marks = true_watermarks(
+            self._consumer,
+            [(topic, p) for p in info.partitions],
+            fresh=lambda: probe_consumer(kafka),
+        )
         self._consumer.assign(
             [TopicPartition(topic, p, marks[(topic, p)][1]) for p in sorted(info.partitions)]
         )

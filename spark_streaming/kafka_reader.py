@@ -37,8 +37,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from connectors.errors import KafkaError
 from connectors.kafka.config import KafkaConfig
-from connectors.kafka.fetching import FETCH_WAITS_MS, longer_wait, range_fetch, stall_s
+from connectors.kafka.fetching import (
+    FETCH_WAITS_MS,
+    SHORT_WAIT_MS,
+    longer_wait,
+    range_fetch,
+    stall_s,
+)
+from connectors.kafka.offsets import true_watermarks
 from spark_streaming.errors import DataLossError, StreamingError
 from spark_streaming.kafka_offsets import OffsetRange, TopicPartitionKey
 from spark_streaming.kafka_options import EARLIEST, KafkaSourceOptions
@@ -62,7 +70,7 @@ KAFKA_SCHEMA = StructType(
 )
 ARROW_SCHEMA = to_arrow_schema(KAFKA_SCHEMA, timezone="UTC")
 ROWS_PER_ARROW_BATCH = 8192
-PROBE_FETCH_WAIT_MS = 10  # end probes need only a fetch response's high watermark
+PROBE_FETCH_WAIT_MS = SHORT_WAIT_MS  # end probes need only a fetch response's high watermark
 
 _learned_wait: dict[tuple[str, str, int], int] = {}
 """Per (bootstrap servers, topic, partition): the fetch wait that last brought records."""
@@ -77,7 +85,11 @@ def source_consumer(options: KafkaSourceOptions, **overrides: str | int | bool) 
     )
     props = config.client_properties(
         **{"group.id": "tributary-spark-source", "auto.offset.reset": "error"},
-        **{"enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 10},
+        **{
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": SHORT_WAIT_MS,
+        },
     )
     props.update(overrides)
     return Consumer(props)
@@ -105,41 +117,20 @@ def watermarks(
     timeout: float,
     options: KafkaSourceOptions,
 ) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
-    """(earliest, true end) per partition.
+    """(earliest, true end) per partition: :func:`connectors.kafka.offsets.true_watermarks`
+    (ListOffsets may under-report the end; the end is taken from the high watermark of a fetch
+    response of a new consumer, which needs no record). ``consumer`` lists the offsets."""
 
-    ListOffsets may under-report the end (Tansu answers the base of the last stored batch + 1),
-    so the end is the larger of that and the high watermark of a fetch response from just below
-    it. Only the response's high watermark is needed, not a record (on Tansu a fetch may bring
-    none, see the module's note): a new consumer per call, so the cached watermark it reads can
-    only come from this call's fetch.
-    """
-    lows: dict[TopicPartitionKey, int] = {}
-    highs: dict[TopicPartitionKey, int] = {}
-    for topic, partition in partitions:
-        try:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=timeout
-            )
-        except Exception as exc:  # confluent_kafka.KafkaException
-            raise StreamingError(f"cannot list offsets of {topic}[{partition}]: {exc}") from exc
-        lows[(topic, partition)], highs[(topic, partition)] = int(low), int(high)
-    pending = {tp for tp in partitions if highs[tp] > lows[tp]}
-    if not pending:
-        return lows, highs
-    probe = source_consumer(options, **{"fetch.wait.max.ms": PROBE_FETCH_WAIT_MS})
+    def probe() -> Consumer:
+        return source_consumer(options, **{"fetch.wait.max.ms": PROBE_FETCH_WAIT_MS})
+
     try:
-        probe.assign([TopicPartition(t, p, highs[(t, p)] - 1) for t, p in sorted(pending)])
-        deadline = time.monotonic() + timeout
-        while pending and time.monotonic() < deadline:
-            probe.consume(len(pending), timeout=0.05)  # the fetches run in the background
-            for tp in sorted(pending):
-                _, fetched = probe.get_watermark_offsets(TopicPartition(*tp), cached=True)
-                if fetched is not None and fetched >= 0:
-                    highs[tp] = max(highs[tp], int(fetched))
-                    pending.discard(tp)
-    finally:
-        probe.close()
-    return lows, highs
+        marks = true_watermarks(consumer, partitions, timeout, fresh=probe)
+    except KafkaError as exc:
+        raise StreamingError(str(exc)) from exc
+    return {tp: low for tp, (low, _) in marks.items()}, {
+        tp: high for tp, (_, high) in marks.items()
+    }
 
 
 def read_range(options: KafkaSourceOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:

@@ -157,7 +157,10 @@ class TopicAdmin:
         consumer = probe_consumer(self._config)
         try:
             marks = true_watermarks(
-                consumer, [(n, p) for n, parts in wanted for p in parts], self._timeout
+                consumer,
+                [(n, p) for n, parts in wanted for p in parts],
+                self._timeout,
+                fresh=lambda: probe_consumer(self._config),
             )
         finally:
             consumer.close()

@@ -10,6 +10,10 @@ bring nothing while records are due, reopens its consumer with a longer wait
 (:data:`FETCH_WAITS_MS`). On Apache Kafka the first wait serves.
 """
 
+SHORT_WAIT_MS = 10
+"""``fetch.wait.max.ms`` of end probes and of reads that answer a waiting caller first (a store's
+read, a registry's write): a probe needs only a fetch response's high watermark, and a read that
+stalls with it goes on with :func:`longer_wait`."""
 FETCH_WAITS_MS = (100, 500, 2_000, 10_000)
 """``fetch.wait.max.ms`` of range reads, tried in turn while fetches bring nothing."""
 BYTES_PER_RECORD = 1024  # a generous guess: a budget a little short costs one more fetch

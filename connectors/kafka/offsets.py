@@ -2,42 +2,63 @@
 
 ``ListOffsets(latest)`` is what ``get_watermark_offsets`` asks, and some Kafka-protocol
 brokers (Tansu among them) answer it with the base offset of the last stored batch + 1
-instead of the end of the log. The high watermark carried by a *fetch* response is
-right everywhere, so a reader that needs the true end fetches from the reported end
-minus one and keeps the larger of the two values. On Apache Kafka both agree and this
-costs one small fetch per non-empty partition.
+instead of the end of the log. The high watermark carried by a *fetch* response is right
+everywhere, so a reader that needs the true end fetches from the reported end minus one and
+keeps the larger of the two values. Only the response's high watermark is needed, not a record:
+on Tansu a fetch with a short wait can come back empty below the end of a partition of many
+small batches (see ``connectors.kafka.fetching``), and it still carries the high watermark. On
+Apache Kafka both values agree and this costs one small fetch per non-empty partition.
 """
 
+import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
 from connectors.errors import KafkaError
 from connectors.kafka.config import ClientValue, KafkaConfig
+from connectors.kafka.fetching import SHORT_WAIT_MS
+
+log = logging.getLogger(__name__)
 
 Watermarks = dict[tuple[str, int], tuple[int, int]]
 
+_GONE = (RdKafkaError.OFFSET_OUT_OF_RANGE, RdKafkaError._AUTO_OFFSET_RESET)
 
-def probe_consumer(config: KafkaConfig) -> Consumer:
-    """A group-less consumer for assigned reads (no JoinGroup, no commits)."""
-    overrides: dict[str, ClientValue] = {
+
+def probe_consumer(config: KafkaConfig, **overrides: ClientValue) -> Consumer:
+    """A group-less consumer for assigned reads (no JoinGroup, no commits) and end probes."""
+    props: dict[str, ClientValue] = {
         "group.id": f"{config.client_id}-probe",
         "enable.auto.commit": False,
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
-        "fetch.wait.max.ms": 10,  # Tansu holds a fetch this long even when data is there
+        "fetch.wait.max.ms": SHORT_WAIT_MS,  # Tansu holds a fetch this long even when data is there
+        **overrides,
     }
-    return Consumer(config.client_properties(**overrides))
+    return Consumer(config.client_properties(**props))
 
 
 def true_watermarks(
-    consumer: Consumer, partitions: Iterable[tuple[str, int]], timeout: float = 10.0
+    consumer: Consumer,
+    partitions: Iterable[tuple[str, int]],
+    timeout: float = 10.0,
+    *,
+    fresh: Callable[[], Consumer],
 ) -> Watermarks:
-    """(low, high) per partition with the high watermark taken from a fetch response."""
+    """(low, high) per partition with the high watermark taken from a fetch response.
+
+    ``consumer`` lists the offsets; ``fresh`` makes the consumer that fetches from the listed
+    end minus one (with a short wait, as :func:`probe_consumer`: on Tansu a fetch is held that
+    long), closed after the call. It must be a new one: a client keeps the last high watermark
+    it saw per partition, and only a new client's can come from this call's fetch (Tansu's
+    ListOffsets under-reports by more than the last batch, so an older value cannot be told
+    from a current one). After ``timeout`` a partition keeps its listed end (a warning is
+    logged).
+    """
     marks: Watermarks = {}
-    probe: list[TopicPartition] = []
     for topic, partition in partitions:
         try:
             low, high = consumer.get_watermark_offsets(
@@ -45,27 +66,36 @@ def true_watermarks(
             )
         except Exception as exc:  # confluent_kafka.KafkaException
             raise KafkaError(f"cannot list offsets of {topic}[{partition}]: {exc}") from exc
-        marks[(topic, partition)] = (low, high)
-        if high > low:
-            probe.append(TopicPartition(topic, partition, high - 1))
-    if not probe:
+        marks[(topic, partition)] = (int(low), int(high))
+    pending = {ref for ref, (low, high) in marks.items() if high > low}
+    if not pending:
         return marks
-    consumer.assign(probe)
-    pending = {(tp.topic, tp.partition) for tp in probe}
-    deadline = time.monotonic() + timeout
+    probe = fresh()
     try:
+        probe.assign([TopicPartition(t, p, marks[(t, p)][1] - 1) for t, p in sorted(pending)])
+        deadline = time.monotonic() + timeout
         while pending and time.monotonic() < deadline:
-            for msg in consumer.consume(len(pending), timeout=0.5):
+            # The fetches run in the background; their records are not needed.
+            for msg in probe.consume(len(pending), timeout=0.05):
                 err = msg.error()
-                if err is not None and err.code() != RdKafkaError._PARTITION_EOF:
-                    raise KafkaError(f"fetch for end offsets failed: {err.str()}", err.name())
-                pending.discard((msg.topic(), msg.partition()))
+                if err is None or err.code() == RdKafkaError._PARTITION_EOF:
+                    continue
+                if err.code() in _GONE:  # deleted since it was listed: keep the listed end
+                    pending.discard((msg.topic() or "", msg.partition() or 0))
+                    continue
+                raise KafkaError(f"fetch for end offsets failed: {err.str()}", err.name())
+            for ref in sorted(pending):
+                low, high = marks[ref]
+                _, fetched = probe.get_watermark_offsets(TopicPartition(*ref), cached=True)
+                if fetched is not None and fetched >= 0:
+                    marks[ref] = (low, max(high, int(fetched)))
+                    pending.discard(ref)
     finally:
-        for tp in probe:
-            key = (tp.topic, tp.partition)
-            low, high = marks[key]
-            _, fetched_high = consumer.get_watermark_offsets(tp, cached=True)
-            if fetched_high is not None and fetched_high >= 0:
-                marks[key] = (low, max(high, fetched_high))
-        consumer.unassign()
+        probe.close()
+    if pending:
+        log.warning(
+            "no fetch response within %.0fs for %s: keeping the listed end offsets",
+            timeout,
+            ", ".join(f"{t}[{p}]" for t, p in sorted(pending)),
+        )
     return marks

@@ -37,7 +37,9 @@ def read_topic(kafka: KafkaConfig, topic: str, timeout: float = 60.0) -> list[Re
     partitions = TopicAdmin(kafka).partition_count(topic) or 0
     probe = probe_consumer(kafka)
     try:
-        marks = true_watermarks(probe, [(topic, p) for p in range(partitions)])
+        marks = true_watermarks(
+            probe, [(topic, p) for p in range(partitions)], fresh=lambda: probe_consumer(kafka)
+        )
     finally:
         probe.close()
     out: list[Record] = []

@@ -67,6 +67,7 @@ from connectors.errors import (
 )
 from connectors.kafka.admin import TopicAdmin, error_code
 from connectors.kafka.config import ClientValue, KafkaConfig
+from connectors.kafka.fetching import SHORT_WAIT_MS, longer_wait, range_fetch, stall_s
 from connectors.kafka.offsets import true_watermarks
 from connectors.kafka.topics import history_topic, state_topic
 from connectors.stores.base import (
@@ -106,6 +107,8 @@ SEP = "\x1f"  # between the view and the generation in a ledger key
 
 MAX_MESSAGE_BYTES = 1_000_000  # the producer's message.max.bytes (librdkafka's default)
 _RECORD_OVERHEAD = 512  # headers and framing, kept free below MAX_MESSAGE_BYTES
+
+FIRST_FETCH_WAIT_MS = SHORT_WAIT_MS  # reads start with it (Tansu holds every fetch that long)
 
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _GENERATION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
@@ -380,7 +383,7 @@ def _entry(collection: str, key: str, slot: Slot) -> Entry | None:
 # -- Kafka clients ------------------------------------------------------------------------
 
 
-def _consumer(kafka: KafkaConfig) -> Consumer:
+def _consumer(kafka: KafkaConfig, **fetch: ClientValue) -> Consumer:
     """A group-less consumer for assigned reads: it never joins or commits."""
     overrides: dict[str, ClientValue] = {
         "group.id": f"{kafka.client_id}-store",
@@ -389,10 +392,43 @@ def _consumer(kafka: KafkaConfig) -> Consumer:
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
         "isolation.level": "read_uncommitted",
-        # Some brokers (Tansu) hold every fetch for the whole wait: keep it short.
-        "fetch.wait.max.ms": 10,
+        # Some brokers (Tansu) hold every fetch for the whole wait: start short.
+        "fetch.wait.max.ms": SHORT_WAIT_MS,
+        **fetch,
     }
     return Consumer(kafka.client_properties(**overrides))
+
+
+class RangeReader:
+    """The consumer of a store's range reads, and its fetch wait.
+
+    Reads start with a short fetch wait (Tansu holds every fetch that long). On Tansu a short
+    wait can stop bringing records below the end of a partition of many small batches (the
+    ledger: one record per commit), so when fetches bring nothing for a while the consumer is
+    opened again with a longer wait (``connectors.kafka.fetching``) and keeps it: a partition
+    that needed it at an offset needs it further on too (its batches before that offset only
+    grow in number), and a read up to the log's end comes back as soon as it gets there.
+    """
+
+    def __init__(self, kafka: KafkaConfig) -> None:
+        self.kafka = kafka
+        self.wait = FIRST_FETCH_WAIT_MS
+        self.consumer = _consumer(kafka, **{"fetch.wait.max.ms": self.wait})
+
+    def lengthen(self, records: int) -> bool:
+        """Open the consumer again with the next longer wait, its fetches sized for about
+        ``records`` records; False when the wait is already the longest."""
+        longer = longer_wait(self.wait)
+        if longer == self.wait:
+            return False
+        self.consumer.close()
+        self.wait = longer
+        self.consumer = _consumer(self.kafka, **range_fetch(longer, records))
+        log.info("store reads: fetches brought nothing, fetch wait now %d ms", longer)
+        return True
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def _producer(kafka: KafkaConfig) -> Producer:
@@ -433,26 +469,35 @@ def kafka_errors(view: str, what: str) -> Iterator[None]:
 
 
 def read_ranges(
-    consumer: Consumer, ranges: Mapping[PartitionRef, Range], timeout: float, what: str
+    reader: RangeReader, ranges: Mapping[PartitionRef, Range], timeout: float, what: str
 ) -> dict[PartitionRef, list[Message]]:
-    """The records of each partition in its ``[start, end)`` range, in offset order."""
+    """The records of each partition in its ``[start, end)`` range, in offset order. Raises
+    :class:`StoreUnavailableError` when no record came for ``timeout`` seconds."""
     out: dict[PartitionRef, list[Message]] = {ref: [] for ref in ranges}
     todo = {ref: r for ref, r in ranges.items() if r[1] > r[0]}
     if not todo:
         return out
     cursor = {ref: r[0] for ref, r in todo.items()}
-    consumer.assign([TopicPartition(t, p, r[0]) for (t, p), r in todo.items()])
+    reader.consumer.assign([TopicPartition(t, p, r[0]) for (t, p), r in todo.items()])
     deadline = time.monotonic() + timeout
+    quiet_until = time.monotonic() + stall_s(reader.wait)
     try:
         while todo:
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 late = ", ".join(
                     f"{t}[{p}] at {cursor[(t, p)]} of {r[1]}" for (t, p), r in todo.items()
                 )
-                raise StoreUnavailableError(f"{what}: reading took over {timeout:.0f}s ({late})")
+                raise StoreUnavailableError(f"{what}: no record for {timeout:.0f}s ({late})")
             # Ask for no more than still expected: consume() waits out its timeout otherwise.
             expected = sum(r[1] - cursor[ref] for ref, r in todo.items())
-            for msg in consumer.consume(min(expected, 10_000), timeout=0.5):
+            if now > quiet_until:
+                # Fetches brought nothing for a while: go on from the same positions with a
+                # longer wait.
+                if reader.lengthen(expected):
+                    reader.consumer.assign([TopicPartition(t, p, cursor[(t, p)]) for t, p in todo])
+                quiet_until = now + stall_s(reader.wait)
+            for msg in reader.consumer.consume(min(expected, 10_000), timeout=0.5):
                 ref = (msg.topic() or "", msg.partition() or 0)
                 if ref not in todo:
                     continue
@@ -473,10 +518,12 @@ def read_ranges(
                 if offset < todo[ref][1]:
                     out[ref].append(msg)
                 cursor[ref] = offset + 1
+                now = time.monotonic()
+                deadline, quiet_until = now + timeout, now + stall_s(reader.wait)
                 if cursor[ref] >= todo[ref][1]:
                     del todo[ref]
     finally:
-        consumer.unassign()
+        reader.consumer.unassign()
     return out
 
 
@@ -548,7 +595,8 @@ class LedgerLog:
         self.view = view
         self.timeout = timeout
         self.prefix = f"{view}{SEP}"
-        self.consumer = _consumer(kafka)
+        self.kafka = kafka
+        self.reader = RangeReader(kafka)
         self.next = 0
         self.records: dict[str, GenerationRecord] = {}
 
@@ -556,9 +604,12 @@ class LedgerLog:
         """Read what was appended since the last read, up to the true end of the ledger."""
         ref = (self.topic, 0)
         try:
-            low, high = true_watermarks(self.consumer, [ref], self.timeout)[ref]
+            marks = true_watermarks(
+                self.reader.consumer, [ref], self.timeout, fresh=lambda: _consumer(self.kafka)
+            )
         except KafkaError as exc:
             raise StoreUnavailableError(f"view {self.view}: ledger {self.topic}: {exc}") from exc
+        low, high = marks[ref]
         if high < self.next:
             # Recreated, or a broker answering 0 for a partition with an open transaction:
             # either way starting over could lose the live record (and make a new one).
@@ -570,7 +621,7 @@ class LedgerLog:
         if high <= start:
             return
         what = f"view {self.view}: ledger {self.topic}"
-        for msg in read_ranges(self.consumer, {ref: (start, high)}, self.timeout, what)[ref]:
+        for msg in read_ranges(self.reader, {ref: (start, high)}, self.timeout, what)[ref]:
             self._fold(msg.key(), msg.value())
         self.next = high
 
@@ -611,7 +662,7 @@ class LedgerLog:
         return {name: r for name, r in self.records.items() if name != LIVE}
 
     def close(self) -> None:
-        self.consumer.close()
+        self.reader.close()
 
 
 # -- the store ----------------------------------------------------------------------------
@@ -736,9 +787,9 @@ class KafkaStore:
             self._ledger = LedgerLog(self.kafka, self.ledger_topic, self.view, self.timeout)
         return self._ledger
 
-    def _reader(self) -> Consumer:
-        """The consumer of every read (the ledger's: one connection per store object)."""
-        return self.ledger().consumer
+    def _reader(self) -> RangeReader:
+        """The reader of every read (the ledger's: one per store object)."""
+        return self.ledger().reader
 
     def producer(self) -> Producer:
         """The store's idempotent producer, shared by its writers (starting one takes
@@ -771,7 +822,7 @@ class KafkaStore:
 
     def read_slots(
         self,
-        consumer: Consumer,
+        reader: RangeReader,
         record: GenerationRecord,
         topics: Mapping[str, str],
         only: Mapping[str, int] | None = None,
@@ -790,7 +841,7 @@ class KafkaStore:
                     )
                 ranges[(topic, partition)] = (0, end)
         what = f"view {self.view}: generation {record.generation}"
-        found = read_ranges(consumer, ranges, self.timeout, what)
+        found = read_ranges(reader, ranges, self.timeout, what)
         out: dict[str, dict[str, Slot]] = {}
         for collection, topic in topics.items():
             stored: list[StoredRecord] = []

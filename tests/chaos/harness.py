@@ -39,7 +39,8 @@ from infra.verify import verify
 from projections.view import View
 from spark_streaming.views import configured_views
 from tests.chaos.compare import Diffs, compare_all, new_since, totals
-from tests.chaos.workload import USERS, Results, Workload, add_user, post_command, topics_of
+from tests.chaos.workload import USERS, Workload, add_user, post_command
+from tests.command_results import Results, topics_of
 from tests.stackenv import isolated_settings, settings_env
 from tributary.errors import TributaryError
 

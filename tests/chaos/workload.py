@@ -5,74 +5,24 @@ has an answer (the bus answers a known command id with its first result), so a c
 by a crash is re-sent, and a command handled twice would show as events stored twice.
 """
 
-import json
 import random
 import threading
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import psycopg
-from confluent_kafka import Consumer, TopicPartition
 
-from event_store.command_topic import CommandClient, CommandTopics
+from event_store.command_topic import CommandClient
 from infra.settings import Settings
 from tests.chaos.compare import Answer
+from tests.command_results import Results, topics_of
 
 USERS = 20  # written by SQL before the workload starts; the SQL writer adds more
 RESEND_AFTER_S = 20.0
-
-
-def topics_of(s: Settings) -> CommandTopics:
-    return CommandTopics(s.commands_topic, s.command_results_topic, s.command_topic_partitions)
-
-
-class Results(threading.Thread):
-    """Every record of ``command-results`` by command id, read from offset 0 (again from the
-    start if the broker lost records and the position falls beyond the end)."""
-
-    def __init__(self, s: Settings) -> None:
-        super().__init__(name="results", daemon=True)
-        self.by_id: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        self.cond = threading.Condition()
-        self.halt = threading.Event()
-        topics = topics_of(s)
-        self._consumer = Consumer(
-            s.kafka("chaos-results").client_properties(
-                **{
-                    "group.id": f"chaos-results-{uuid.uuid4()}",
-                    "enable.auto.commit": "false",
-                    "auto.offset.reset": "earliest",
-                }
-            )
-        )
-        self._consumer.assign(
-            [TopicPartition(topics.results, p, 0) for p in range(topics.partitions)]
-        )
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            for msg in self._consumer.consume(500, 0.2):
-                key, value = msg.key(), msg.value()
-                if msg.error() is None and key is not None and value is not None:
-                    with self.cond:
-                        self.by_id[key.decode()].append(json.loads(value))
-                        self.cond.notify_all()
-        self._consumer.close()
-
-    def wait(self, command_id: str, timeout: float) -> dict[str, Any] | None:
-        with self.cond:
-            self.cond.wait_for(lambda: command_id in self.by_id, timeout)
-            found = self.by_id.get(command_id)
-            return found[0] if found else None
-
-    def snapshot(self) -> dict[str, list[dict[str, Any]]]:
-        with self.cond:
-            return {k: list(v) for k, v in self.by_id.items()}
 
 
 @dataclass

@@ -122,7 +122,7 @@ def scratch(tmp_path: Path, name: str) -> Path:
 def committed_records(view: View, collection: str) -> list[tuple[str, bytes | None]]:
     """Every record of a collection's output topic that the Kafka store committed (below the
     ledger's bounds, outside its holes), in offset order: what a downstream reader gets."""
-    from connectors.stores.kafka import _consumer, in_ranges, read_ranges
+    from connectors.stores.kafka import RangeReader, in_ranges, read_ranges
 
     [store] = [s for s in view.also if isinstance(s, KafkaStore)]
     with store._lock:
@@ -130,11 +130,11 @@ def committed_records(view: View, collection: str) -> list[tuple[str, bytes | No
     assert record is not None
     topic = store.topic(collection)
     ranges = {(topic, p): (0, end) for p, end in record.bounds.get(topic, {}).items()}
-    consumer = _consumer(store.kafka)
+    reader = RangeReader(store.kafka)
     try:
-        found = read_ranges(consumer, ranges, 30.0, "test")
+        found = read_ranges(reader, ranges, 30.0, "test")
     finally:
-        consumer.close()
+        reader.close()
     out = []
     for (t, p), messages in sorted(found.items()):
         holes = record.holes_of(t, p)

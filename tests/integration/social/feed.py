@@ -10,12 +10,13 @@ import random
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from confluent_kafka import Producer
 
 from cdc.outbox import EventOutbox
 from connectors.kafka import KafkaConfig, TopicAdmin, history_topic, state_topic
+from connectors.kafka.config import ClientValue
 from connectors.schema_registry.client import RegistryClient
 from event_store.schemas import register_event_schemas
 from examples.social import hashtags
@@ -23,7 +24,8 @@ from examples.social.follows import FOLLOW_EVENTS
 from examples.social.posts import POST_EVENTS
 from examples.social.views.reference import SocialState
 
-Record = tuple[str, bytes, bytes | None, list[tuple[str, bytes]]]
+Headers = list[tuple[str, str | bytes | None]]
+Record = tuple[str, bytes, bytes | None, Headers]
 
 
 def social_outbox(registry_url: str) -> tuple[EventOutbox, dict[tuple[str, int], int]]:
@@ -46,19 +48,26 @@ class SocialFeed:
     sent: list[Record] = field(default_factory=list)
     registry_url: str | None = None  # the schema registry (required: events are typed)
 
+    #: producer settings (a benchmark's feed sizes them for bulk)
+    producer_properties: ClassVar[dict[str, ClientValue]] = {
+        "enable.idempotence": True,
+        "linger.ms": 10,
+        "partitioner": "murmur2_random",
+    }
+
+    def event_topic_prefix(self) -> str:
+        """What the events' topic names start with (``<prefix>.events.``: unique per test)."""
+        return f"{self.prefix}.events."
+
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self.users_topic = f"{self.prefix}.public.users"
-        self.event_prefix = f"{self.prefix}.events."
+        self.event_prefix = self.event_topic_prefix()
         admin = TopicAdmin(self.kafka)
         admin.ensure(state_topic(self.users_topic, self.partitions))
         for kind in ("post", "follows"):
             admin.ensure(history_topic(self.event_prefix + kind, self.partitions))
-        self.producer = Producer(
-            self.kafka.client_properties(
-                **{"enable.idempotence": True, "linger.ms": 10, "partitioner": "murmur2_random"}
-            )
-        )
+        self.producer = Producer(self.kafka.client_properties(**self.producer_properties))
         assert self.registry_url is not None, "events are typed: pass registry_url"
         self.outbox, self.schema_ids = social_outbox(self.registry_url)
         self.lsn = 5_000_000
@@ -109,7 +118,7 @@ class SocialFeed:
             "source": {"lsn": lsn, "txId": lsn // 2},
             "ts_ms": 0,
         }
-        headers = [("lsn", str(lsn).encode())]
+        headers: Headers = [("lsn", str(lsn).encode())]
         self._produce(self.users_topic, key, json.dumps(envelope).encode(), headers)
         self._produce(self.users_topic, key, None, headers)
         del self.state.users[user_id]
@@ -225,7 +234,7 @@ class SocialFeed:
     # -- plumbing ------------------------------------------------------------------------
 
     def _produce(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers
     ) -> None:
         self.sent.append((topic, key or b"", value, headers))
         self.producer.produce(topic, key=key, value=value, headers=headers)

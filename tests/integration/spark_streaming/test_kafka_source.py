@@ -87,7 +87,9 @@ def test_ranges_equal_a_plain_consumer_including_under_reported_ends(
 ) -> None:
     produce(stack.kafka, topic, 3000, 3)
     consumer = probe_consumer(stack.kafka)
-    ends = true_watermarks(consumer, [(topic, p) for p in range(3)])
+    ends = true_watermarks(
+        consumer, [(topic, p) for p in range(3)], fresh=lambda: probe_consumer(stack.kafka)
+    )
     reported = {
         p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(3)
     }

@@ -2,10 +2,11 @@
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from connectors.kafka.config import ClientValue
-from connectors.subscriber import Delivery, Subscriber
+from connectors.subscriber import Delivery, Subscriber, subscribe
+from tests.integration.conftest import Endpoints
 
 E = TypeVar("E")
 
@@ -14,6 +15,24 @@ GROUP_PROPERTIES: dict[str, ClientValue] = {
     "session.timeout.ms": 6000,
     "heartbeat.interval.ms": 500,
 }
+
+
+def subscribed(
+    stack: Endpoints, topics: list[str], group: str | None, **options: Any
+) -> Subscriber[Any]:
+    """``subscribe`` on the session's broker and schema registry: in a group with
+    :data:`GROUP_PROPERTIES`, or (``group`` None) in assign mode."""
+    if group is None:
+        options.setdefault("assign", True)
+    else:
+        options.setdefault("properties", GROUP_PROPERTIES)
+    return subscribe(
+        topics,
+        group,
+        kafka=stack.kafka,
+        schema_registry_url=stack.settings.registry_url,
+        **options,
+    )
 
 
 def read_until(

@@ -2,9 +2,9 @@
 from a stored position."""
 
 from connectors.changes import ChangeEvent
-from connectors.subscriber import KafkaPosition, subscribe
+from connectors.subscriber import KafkaPosition
 from tests.integration.conftest import Endpoints
-from tests.integration.subscribe.conftest import GROUP_PROPERTIES, read_until
+from tests.integration.subscribe.conftest import read_until, subscribed
 from tests.integration.subscribe.feed import change, produce, tombstone
 
 
@@ -23,13 +23,7 @@ def test_changes_and_tombstones_come_through_as_change_events(
         ],
         partitions=1,
     )
-    with subscribe(
-        [topic],
-        f"changes-{unique}",
-        kafka=stack.kafka,
-        schema_registry_url=stack.settings.registry_url,
-        properties=GROUP_PROPERTIES,
-    ) as subscriber:
+    with subscribed(stack, [topic], f"changes-{unique}") as subscriber:
         got = read_until(subscriber, lambda out: len(out) >= 5)
     changes = [d.value for d in got]
     assert all(isinstance(c, ChangeEvent) for c in changes)
@@ -43,25 +37,11 @@ def test_changes_and_tombstones_come_through_as_change_events(
     assert got[-1].position == KafkaPosition(topic, 0, 4) and got[-1].key == b'{"id": 1}'
 
     # A stored position (the next record to read) wins over the group's commits.
-    with subscribe(
-        [topic],
-        f"changes-{unique}",
-        kafka=stack.kafka,
-        schema_registry_url=stack.settings.registry_url,
-        start=[got[2].position.next()],
-        properties=GROUP_PROPERTIES,
-    ) as again:
+    with subscribed(stack, [topic], f"changes-{unique}", start=[got[2].position.next()]) as again:
         rest = read_until(again, lambda out: len(out) >= 2)
         assert again.poll(1.0) is None
     assert [d.position.offset for d in rest] == [3, 4]
 
     # Assign mode from stored positions: exactly those partitions, from there.
-    with subscribe(
-        [topic],
-        None,
-        kafka=stack.kafka,
-        schema_registry_url=stack.settings.registry_url,
-        assign=True,
-        start=[got[3].position],
-    ) as s:
+    with subscribed(stack, [topic], None, start=[got[3].position]) as s:
         assert [d.position.offset for d in read_until(s, lambda out: len(out) >= 2)] == [3, 4]

@@ -9,11 +9,10 @@ from connectors.subscriber import (
     EventRecord,
     UndecodableRecordError,
     raise_undecodable,
-    subscribe,
 )
 from tests.integration.conftest import Endpoints
 from tests.integration.kafka_reading import read_topic
-from tests.integration.subscribe.conftest import GROUP_PROPERTIES, read_until
+from tests.integration.subscribe.conftest import read_until, subscribed
 from tests.integration.subscribe.feed import change, post_events, produce, produce_raw
 
 
@@ -32,13 +31,7 @@ def test_corrupt_records_go_to_the_dead_letter_topic_with_their_reason(
     produce(stack.kafka, events[10:], partitions=1)
     produce(stack.kafka, changes[1:], partitions=1)
 
-    with subscribe(
-        [topic, table],
-        f"dlq-{unique}",
-        kafka=stack.kafka,
-        schema_registry_url=stack.settings.registry_url,
-        properties=GROUP_PROPERTIES,
-    ) as subscriber:
+    with subscribed(stack, [topic, table], f"dlq-{unique}") as subscriber:
         got = read_until(subscriber, lambda out: len(out) >= 20 + 3)
         assert subscriber.poll(1.0) is None
 
@@ -74,27 +67,13 @@ def test_a_named_dead_letter_topic_and_a_policy_that_stops(stack: Endpoints, uni
     produce(stack.kafka, post_events(aggregate, 2, 1, stack.settings.registry_url), partitions=1)
 
     # assign mode (a replay): no group membership, no commits
-    with subscribe(
-        [topic],
-        None,
-        kafka=stack.kafka,
-        schema_registry_url=stack.settings.registry_url,
-        assign=True,
-        dead_letter_topic=f"dead-{unique}",
-    ) as subscriber:
+    with subscribed(stack, [topic], None, dead_letter_topic=f"dead-{unique}") as subscriber:
         got = read_until(subscriber, lambda out: len(out) >= 4, timeout=30)
     assert [d.position.offset for d in got] == [0, 1, 3, 4]
     (letter,) = read_topic(stack.kafka, f"dead-{unique}")
     assert letter.value == b"garbage"
 
-    with subscribe(
-        [topic],
-        None,
-        kafka=stack.kafka,
-        schema_registry_url=stack.settings.registry_url,
-        assign=True,
-        on_error=raise_undecodable,
-    ) as sub:
+    with subscribed(stack, [topic], None, on_error=raise_undecodable) as sub:
         assert read_until(sub, lambda out: len(out) >= 2, timeout=30)[-1].position.offset == 1
         for _ in range(2):  # it stops on the record, and meets it again if polled on
             with pytest.raises(UndecodableRecordError, match=r"@2: AvroDecodeError"):

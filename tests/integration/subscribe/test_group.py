@@ -27,10 +27,10 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from connectors.kafka import TopicAdmin, history_topic
-from connectors.subscriber import Delivery, EventRecord, Subscriber, subscribe
+from connectors.subscriber import Delivery, EventRecord, Subscriber
 from tests.integration.conftest import Endpoints
 from tests.integration.kafka_reading import read_topic
-from tests.integration.subscribe.conftest import GROUP_PROPERTIES
+from tests.integration.subscribe.conftest import subscribed
 from tests.integration.subscribe.feed import post_events, produce
 
 PARTITIONS = 4
@@ -104,14 +104,7 @@ def test_members_share_partitions_and_a_killed_one_loses_and_repeats_nothing_com
     b = Member(stack.bootstrap_servers, topic, group, stack.settings.registry_url)
     a_seen: list[Delivery[EventRecord]] = []
     c_seen: list[Delivery[EventRecord]] = []
-    a = subscribe(
-        [topic],
-        group,
-        kafka=stack.kafka,
-        schema_registry_url=stack.settings.registry_url,
-        commit_interval=0.2,
-        properties=GROUP_PROPERTIES,
-    )
+    a = subscribed(stack, [topic], group, commit_interval=0.2)
     c: Subscriber[EventRecord] | None = None
     try:
 
@@ -148,14 +141,7 @@ def test_members_share_partitions_and_a_killed_one_loses_and_repeats_nothing_com
         for p in b_parts:
             assert committed[p] <= b_last.get(p, -1) + 1, (p, committed[p], b_last.get(p))
 
-        c = subscribe(
-            [topic],
-            group,
-            kafka=stack.kafka,
-            schema_registry_url=stack.settings.registry_url,
-            commit_interval=0.2,
-            properties=GROUP_PROPERTIES,
-        )
+        c = subscribed(stack, [topic], group, commit_interval=0.2)
         expected = {(r.partition, r.offset) for r in read_topic(stack.kafka, topic)}
 
         def everything() -> bool:

@@ -4,13 +4,13 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from connectors.subscriber import EventRecord, subscribe
+from connectors.subscriber import EventRecord
 from event_store.codec import EventCodec
 from event_store.event import EventRegistry
 from event_store.subscription import PublishedEvent, domain_events
 from examples.social.posts import POST_EVENTS, POST_UPCASTERS, PostCreated, PostEdited
 from tests.integration.conftest import Endpoints
-from tests.integration.subscribe.conftest import GROUP_PROPERTIES, read_until
+from tests.integration.subscribe.conftest import read_until, subscribed
 from tests.integration.subscribe.feed import post_events, produce
 
 POSTS, PER_POST = 1_000, 10  # 10,000 events
@@ -26,14 +26,8 @@ def test_a_late_subscriber_reads_every_event_typed_in_per_key_order(
     codec = EventCodec(EventRegistry(POST_EVENTS), POST_UPCASTERS)
 
     started = time.monotonic()
-    with subscribe(
-        [topic],
-        f"late-{unique}",
-        kafka=stack.kafka,
-        schema_registry_url=stack.settings.registry_url,
-        event_decoder=domain_events(codec),
-        on_error=_fail,
-        properties=GROUP_PROPERTIES,
+    with subscribed(
+        stack, [topic], f"late-{unique}", event_decoder=domain_events(codec), on_error=_fail
     ) as subscriber:
         got = read_until(subscriber, lambda out: len(out) >= POSTS * PER_POST, timeout=90)
         extra = subscriber.poll(2.0)
