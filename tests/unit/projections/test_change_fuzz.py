@@ -315,3 +315,20 @@ def test_the_record_decoder_refuses_poison_with_a_reason_and_reads_the_rest(
             assert event.after == c.after
         elif c.meaning == "poison":  # read by the decoder, refused by the folds
             assert event.op in ("t", "m") or event.after is None, c
+
+
+def poison_samples(user: int) -> list[tuple[bytes | None, bytes | None, str]]:
+    """One poison record of each kind for user ``user`` (key, value, a word of the reason),
+    for the test that sends them through a real view job."""
+    row = {"id": user, "handle": "poison"}
+    source = {"lsn": 10**12}
+    return [
+        (key_of(user), b"\x00\x7f\xff\xff\xffavro-looking", "not a readable event"),
+        (key_of(user), b"not json at all", "not JSON"),
+        (key_of(user), b"[1, 2]", "not a JSON object"),
+        (key_of(user), envelope("x", row, source), "no valid op"),
+        (key_of(user), envelope("c", row, {"lsn": "abc"}), "not an integer"),
+        (key_of(user), envelope("u", None, source), "without an 'after' row"),
+        (b'{"id": "seven"}', envelope("c", row, source), "not an integer"),
+        (None, envelope("c", row, source), "without a key"),
+    ]
