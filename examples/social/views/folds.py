@@ -99,14 +99,21 @@ def _fold_topic(part: pa.Table, wanted: set[str], options: Options) -> list[pa.R
 
 
 USER_KEY = pa.schema([("id", pa.int64())])
+USER_ROW = pa.schema(
+    [("after", pa.struct([(name, pa.string()) for name in ("handle", "display_name", "bio")]))]
+)
 
 
 def _fold_users(part: pa.Table) -> list[pa.RecordBatch | None]:
-    """Users changes folded by the mirror's fold, keyed by the bare user id; a record whose key
-    has no integer ``id`` is a dead letter (it names no user)."""
+    """Users changes folded by the mirror's fold, keyed by the bare user id. A record whose key
+    has no integer ``id`` (it names no user), or whose row's handle, display name or bio is
+    not text (the views index and show them as text), is a dead letter."""
     keys = part.column("key").combine_chunks()
     parsed, bad = parse_json(keys, USER_KEY)
     reasons = {row: f"key {reason}" for row, reason in bad.items()}
+    _, bad_rows = parse_json(part.column("value").combine_chunks(), USER_ROW)
+    for row, reason in bad_rows.items():
+        reasons.setdefault(row, f"value {reason}")
     if parsed is not None:
         ids = parsed.column("id").combine_chunks()
         named = pc.is_valid(keys).to_numpy(zero_copy_only=False)
