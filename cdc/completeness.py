@@ -271,6 +271,12 @@ def publish_deletes(db: PostgresConfig, kafka: KafkaConfig, topic: str, keys: It
     producer = Producer(kafka.client_properties(**_PRODUCER))
     schema, table = topic.split(".")[-2:]
     count = 0
+    errors: list[str] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
     for key in keys:
         envelope = {
             "before": json.loads(key),
@@ -284,12 +290,18 @@ def publish_deletes(db: PostgresConfig, kafka: KafkaConfig, topic: str, keys: It
             (TXID_HEADER, b"0"),
         ]
         producer.produce(
-            topic, key=key.encode(), value=json.dumps(envelope).encode(), headers=headers
+            topic,
+            key=key.encode(),
+            value=json.dumps(envelope).encode(),
+            headers=headers,
+            on_delivery=delivered,
         )
-        producer.produce(topic, key=key.encode(), value=None, headers=headers)
+        producer.produce(
+            topic, key=key.encode(), value=None, headers=headers, on_delivery=delivered
+        )
         count += 1
-    if producer.flush(30) != 0:
-        raise RuntimeError(f"repair deletes not acknowledged on {topic}")
+    if producer.flush(30) != 0 or errors:
+        raise RuntimeError(f"repair deletes not acknowledged on {topic}: {errors[:3]}")
     return count
 
 

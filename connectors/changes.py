@@ -80,26 +80,42 @@ class ChangeEvent:
             raise ChangeDecodeError(f"{topic}: change without a key (tables need a primary key)")
         parsed_key = _json_object(topic, "key", key)
         if value is None:
-            return cls(topic, parsed_key, None, None, None, _position_from_headers(headers))
+            try:
+                return cls(topic, parsed_key, None, None, None, _position_from_headers(headers))
+            except ValueError as exc:
+                raise ChangeDecodeError(f"{topic}: tombstone's lsn header: {exc}") from exc
         envelope = _json_object(topic, "value", value)
         if "payload" in envelope and "schema" in envelope:
             envelope = envelope["payload"]  # schemas.enable=true envelopes
+            if not isinstance(envelope, dict):
+                raise ChangeDecodeError(f"{topic}: value's payload is not a JSON object")
         op = envelope.get("op")
         if op not in ("c", "u", "d", "r", "t", "m"):
-            raise ChangeDecodeError(f"{topic}: envelope has no valid op (got {op!r})")
+            raise ChangeDecodeError(f"{topic}: envelope has no valid op (got {op!r:.80})")
+        before, after = envelope.get("before"), envelope.get("after")
+        for name, row in (("before", before), ("after", after)):
+            if row is not None and not isinstance(row, dict):
+                raise ChangeDecodeError(f"{topic}: envelope's {name} is not a JSON object")
         source = envelope.get("source")
-        lsn = position_of(source) if isinstance(source, dict) else None
-        if not isinstance(source, dict) or lsn is None:
+        if not isinstance(source, dict):
             raise ChangeDecodeError(f"{topic}: envelope has no source.lsn")
+        try:
+            lsn = position_of(source)
+            tx_id = None if source.get("txId") is None else _integer(source["txId"])
+        except (TypeError, ValueError) as exc:
+            raise ChangeDecodeError(f"{topic}: envelope's source: {exc}") from exc
+        if lsn is None:
+            raise ChangeDecodeError(f"{topic}: envelope has no source.lsn")
+        ts_ms = source.get("ts_ms")
         position = SourcePosition(
             lsn=lsn,
-            tx_id=None if source.get("txId") is None else int(source["txId"]),
-            ts_ms=source.get("ts_ms"),
+            tx_id=tx_id,
+            ts_ms=ts_ms if isinstance(ts_ms, int) and not isinstance(ts_ms, bool) else None,
             schema=str(source.get("schema", "")),
             table=str(source.get("table", "")),
             snapshot=str(source.get("snapshot", "false")) not in ("false", "False"),
         )
-        return cls(topic, parsed_key, op, envelope.get("before"), envelope.get("after"), position)
+        return cls(topic, parsed_key, op, before, after, position)
 
 
 def position_of(source: Mapping[str, Any]) -> int | None:
@@ -107,7 +123,7 @@ def position_of(source: Mapping[str, Any]) -> int | None:
     the larger LSN of ``source.sequence`` (``[lastCommitLsn, lsn]``: where streaming stood when
     the chunk was read)."""
     if source.get("lsn") is not None:
-        return int(source["lsn"])
+        return _integer(source["lsn"])
     sequence = source.get("sequence")
     if isinstance(sequence, str):
         try:
@@ -115,9 +131,20 @@ def position_of(source: Mapping[str, Any]) -> int | None:
         except json.JSONDecodeError:
             return None
     if isinstance(sequence, list):
-        known = [int(x) for x in sequence if x is not None]
+        known = [_integer(x) for x in sequence if x is not None]
         return max(known) if known else None
     return None
+
+
+def _integer(value: Any) -> int:
+    """An integer field of an envelope (Debezium writes LSNs, Java longs, as numbers or decimal
+    strings); ValueError for anything else (booleans, fractions, objects, beyond 64 bits)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"{value!r:.40} is not an integer")
+    number = int(value)
+    if not -(2**63) <= number < 2**63:
+        raise ValueError(f"{number} is beyond a 64-bit integer")
+    return number
 
 
 def _json_object(topic: str, what: str, raw: bytes) -> dict[str, Any]:

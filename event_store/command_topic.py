@@ -215,6 +215,12 @@ class CommandProcessor:
         messages = [first, *self._consumer.consume(self.batch_size - 1, 0)]
         next_offsets: dict[int, int] = {}
         handled = 0
+        failures: list[str] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failures.append(str(err))
+
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -230,7 +236,10 @@ class CommandProcessor:
                 else result.command_id.encode("utf-8", "surrogatepass")
             )
             self._producer.produce(
-                self.topics.results, key=key, value=json.dumps(result.to_json()).encode()
+                self.topics.results,
+                key=key,
+                value=json.dumps(result.to_json()).encode(),
+                on_delivery=delivered,
             )
             self._producer.poll(0)
             partition, offset = msg.partition(), msg.offset()
@@ -241,6 +250,8 @@ class CommandProcessor:
             return 0
         if self._producer.flush(30) != 0:
             raise KafkaError(f"results not delivered to {self.topics.results} within 30 s")
+        if failures:  # not acknowledged: stop before saving positions, the batch is re-read
+            raise KafkaError(f"results not delivered to {self.topics.results}: {failures[0]}")
         with self.bus.store.engine.begin() as conn:
             self.positions.save(conn, self.topics.commands, next_offsets)
         self.handled += handled
@@ -296,9 +307,25 @@ class CommandClient:
         command_id = command_id or str(uuid.uuid4())
         key = key or self._stream_key(command_type, data) or command_id
         envelope = CommandEnvelope(command_id, command_type, data)
-        self._producer.produce(self.topics.commands, key=key.encode(), value=envelope.to_json())
+        failures: list[Any] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failures.append(err)
+
+        self._producer.produce(
+            self.topics.commands, key=key.encode(), value=envelope.to_json(), on_delivery=delivered
+        )
         if self._producer.flush(30) != 0:
             raise KafkaError(f"command not delivered to {self.topics.commands} within 30 s")
+        if failures:
+            # e.g. the broker fenced this producer after it lost state: that is fatal to an
+            # idempotent producer, so the next send starts a new one (sending again is safe:
+            # the processor answers a known command id with its first result)
+            self._producer = Producer(self.kafka.client_properties(**{"enable.idempotence": True}))
+            raise KafkaError(
+                f"command {command_id} not delivered to {self.topics.commands}: {failures[0]}"
+            )
         return command_id
 
     def send_and_wait(

@@ -45,8 +45,15 @@ def totals(diffs: Diffs) -> tuple[int, int]:
 
 
 def new_since(before: Diffs, now: Diffs) -> Diffs:
-    """Differences that are new or changed since ``before``."""
-    return {k: v for k, v in now.items() if before.get(k) != v}
+    """What grew since ``before``: per key, the lost and applied-twice counts above the ones
+    already there (a timeline that lacked 3 posts and now lacks 4 counts 1, not 4)."""
+    out: Diffs = {}
+    for key, (lost, twice) in now.items():
+        was_lost, was_twice = before.get(key, (0, 0))
+        grown = (max(lost - was_lost, 0), max(twice - was_twice, 0))
+        if grown != (0, 0):
+            out[key] = grown
+    return out
 
 
 # -- pure comparisons (expected vs actual) -------------------------------------------------

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 import pyarrow.json as pj  # type: ignore[import-untyped]
@@ -32,7 +33,7 @@ from connectors.avro import MAGIC, SchemaCache, event_parts, registry_schemas
 from connectors.schema_registry.errors import RegistryUnavailableError
 from event_store.event import Position, RecordedEvent
 from examples.social.posts import POST_UPCASTERS
-from projections.folding import emit, folded_batch, records_table, rejections
+from projections.folding import emit, folded_batch, parse_json, records_table, rejections
 from projections.mirror import fold_changes
 
 USERS, POSTS, FOLLOWS = "users", "posts", "follows"
@@ -66,23 +67,72 @@ def fold_entities(
     topics = table.column("topic").unique().to_pylist()
     for topic in topics:
         part = table.filter(pc.equal(table.column("topic"), topic)) if len(topics) > 1 else table
-        if _carries_events(part):
-            yield from emit(_fold_events(part, wanted, registry_schemas(options["registry"])))
-        elif USERS in wanted:
-            yield from emit([_rekey_users(b) for b in fold_changes(part.to_batches(), USERS)])
+        yield from emit(_fold_topic(part, wanted, options))
 
 
-def _carries_events(part: pa.Table) -> bool:
-    """Event topics hold Confluent wire-format records (byte 0); CDC topics hold JSON."""
-    values = part.column("value")
-    for value in values.filter(pc.is_valid(values)).slice(0, 8).to_pylist():
-        if value[:1] == MAGIC:
-            return True
-    return False
+def _fold_topic(part: pa.Table, wanted: set[str], options: Options) -> list[pa.RecordBatch | None]:
+    """One topic's records of the partition. Event topics hold Confluent wire-format records
+    (byte 0), CDC topics JSON: each record is read by its own format, so poison of the other
+    kind, however much of it, is a dead letter and never turns the good records into dead
+    letters. A tombstone is a delete on a CDC topic; on an event topic (most values in wire
+    format) it means nothing, as events are never deleted."""
+    values = part.column("value").combine_chunks()
+    present = pc.is_valid(values).to_numpy(zero_copy_only=False)
+    first = pc.binary_slice(values.cast(pa.binary()), 0, 1)
+    magic = pc.fill_null(pc.equal(first, pa.scalar(MAGIC, pa.binary())), False)
+    is_event = np.asarray(magic.to_numpy(zero_copy_only=False), dtype=bool)
+    event_topic = 2 * int(is_event.sum()) > int(present.sum())
+    out: list[pa.RecordBatch | None] = []
+    if is_event.any():
+        events = part.filter(pa.array(is_event))
+        out += _fold_events(events, wanted, registry_schemas(options["registry"]))
+    other = ~is_event & (present | (not event_topic))
+    if not other.any():
+        return out
+    rest = part.filter(pa.array(other))
+    if USERS in wanted:
+        out += _fold_users(rest)
+    elif event_topic:
+        reason = "not a readable event: not in Confluent wire format (magic byte 0)"
+        out.append(rejections(rest, dict.fromkeys(range(rest.num_rows), reason)))
+    return out
+
+
+USER_KEY = pa.schema([("id", pa.int64())])
+USER_ROW = pa.schema(
+    [("after", pa.struct([(name, pa.string()) for name in ("handle", "display_name", "bio")]))]
+)
+
+
+def _fold_users(part: pa.Table) -> list[pa.RecordBatch | None]:
+    """Users changes folded by the mirror's fold, keyed by the bare user id. A record whose key
+    has no integer ``id`` (it names no user), or whose row's handle, display name or bio is
+    not text (the views index and show them as text), is a dead letter."""
+    keys = part.column("key").combine_chunks()
+    parsed, bad = parse_json(keys, USER_KEY)
+    reasons = {row: f"key {reason}" for row, reason in bad.items()}
+    _, bad_rows = parse_json(part.column("value").combine_chunks(), USER_ROW)
+    for row, reason in bad_rows.items():
+        reasons.setdefault(row, f"value {reason}")
+    if parsed is not None:
+        ids = parsed.column("id").combine_chunks()
+        named = pc.is_valid(keys).to_numpy(zero_copy_only=False)
+        for row in map(
+            int, np.flatnonzero(named & ~pc.is_valid(ids).to_numpy(zero_copy_only=False))
+        ):
+            reasons.setdefault(row, "key has no integer 'id' (the users table's primary key)")
+    usable = part
+    if reasons:
+        keep = np.ones(part.num_rows, dtype=bool)
+        keep[list(reasons)] = False
+        usable = part.filter(pa.array(keep))
+    folded = [_rekey_users(b) for b in fold_changes(usable.to_batches(), USERS)]
+    return [*folded, rejections(part, reasons)]
 
 
 def _rekey_users(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """User entries are keyed by the bare id (``7``), as posts and follows name their users."""
+    """User entries are keyed by the bare id (``7``), as posts and follows name their users
+    (every key here has an integer ``id``: :func:`_fold_users` checked)."""
     keys = batch.column("key")
     if keys.null_count == len(keys):
         return batch  # rejections only
@@ -90,9 +140,7 @@ def _rekey_users(batch: pa.RecordBatch) -> pa.RecordBatch:
     text = b"\n".join(k.encode() for k in keys.filter(present).to_pylist())
     ids = pj.read_json(
         io.BytesIO(text),
-        parse_options=pj.ParseOptions(
-            explicit_schema=pa.schema([("id", pa.int64())]), unexpected_field_behavior="ignore"
-        ),
+        parse_options=pj.ParseOptions(explicit_schema=USER_KEY, unexpected_field_behavior="ignore"),
     ).column("id")
     it = iter(ids.to_pylist())
     rekeyed = [None if not ok else str(next(it)) for ok in present.to_pylist()]

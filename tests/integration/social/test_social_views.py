@@ -3,6 +3,7 @@ PostgreSQL, fed a generated workload in CDC's wire formats, compared with a refe
 independently from the workload's model of the source of truth."""
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from examples.social.views import profile_view, search_view, timeline_view
 from examples.social.views.reference import (
@@ -19,10 +21,12 @@ from examples.social.views.reference import (
     timelines_by_sql,
 )
 from projections.view import View
+from spark_streaming.dead_letters import REASON_HEADER, dlq_topic
 from spark_streaming.replay import replay
 from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
 from tests.integration.conftest import Endpoints
 from tests.integration.social.feed import SocialFeed
+from tests.unit.projections.test_change_fuzz import poison_samples
 
 
 @dataclass
@@ -190,3 +194,36 @@ def test_each_view_replays_to_the_same_state_while_reads_go_on(spark: Any, socia
     assert errors == [] and reads[0] > 10
     assert (profiles(social.profile), search_docs(social.search), timelines(social)) == before
     assert_views_match(social)
+
+
+def test_poison_changes_go_to_the_dlq_and_the_profile_cache_converges(
+    spark: Any, social: Social
+) -> None:
+    """One poison record of each kind on ``cdc.public.users`` among valid changes, through the
+    real profile view job (Spark, Redis): each poison record reaches ``dlq.<view>`` unchanged
+    with its reason, and the cache equals the reference of the valid changes."""
+    social.feed.run(150)
+    user = sorted(social.feed.state.users)[0]
+    poison = poison_samples(user)
+    for key, value, _ in poison:
+        social.feed.producer.produce(social.feed.users_topic, key=key, value=value)
+    social.feed.run(150)
+    reports: list[BatchReport] = []
+    run_view(spark, social, social.profile, reports)
+    assert sum(r.rejected for r in reports) == len(poison)
+    assert profiles(social.profile) == expected_profiles(social.feed.state)
+
+    kafka = social.feed.kafka
+    consumer = Consumer(kafka.client_properties(**{"group.id": f"dlq-{social.profile.name}"}))
+    consumer.assign([TopicPartition(dlq_topic(social.profile.name), 0, 0)])
+    dead: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(dead) < len(poison) and time.monotonic() < deadline:
+        dead += [m for m in consumer.consume(len(poison), timeout=2) if m.error() is None]
+    consumer.close()
+    letters = {(m.key(), m.value()): dict(m.headers() or []) for m in dead}
+    assert len(dead) == len(poison)
+    for key, value, word in poison:
+        headers = letters[(key, value)]
+        assert word in headers[REASON_HEADER].decode()
+        assert headers["tributary.source.topic"].decode() == social.feed.users_topic

@@ -1,6 +1,7 @@
 """Whose fault an exception is: the command's (its rejection) or the infrastructure's (stop)."""
 
 import json
+import socket
 
 import psycopg
 import psycopg.errors as pg
@@ -153,3 +154,23 @@ def test_an_envelope_refuses_a_command_id_no_index_could_hold() -> None:
     with pytest.raises(MalformedCommandError, match="longer than 512") as refused:
         parse_envelope(CommandEnvelope(fits + "k", "X", {}).to_json())
     assert refused.value.command_id == fits + "k"  # still answered under its id
+
+
+def test_a_command_the_broker_does_not_acknowledge_is_an_error_and_the_producer_is_renewed() -> (
+    None
+):
+    """A delivery that fails (here: nothing listens, the message times out) must not pass for
+    a sent command; the next send starts a new producer (an idempotent producer fenced by a
+    broker that lost its state never delivers again)."""
+    from connectors.kafka import KafkaConfig
+    from event_store.command_topic import CommandClient
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again below: nothing listens there
+    kafka = KafkaConfig(f"127.0.0.1:{port}", extra={"message.timeout.ms": "300", "log_level": "0"})
+    client = CommandClient(kafka)
+    first = client._producer
+    with pytest.raises(KafkaError, match="c-1 not delivered to commands"):
+        client.send("CreatePost", {"post_id": 1}, command_id="c-1", key="k")
+    assert client._producer is not first
