@@ -80,9 +80,12 @@ class Member:
 
 
 def _poll(sub: Subscriber[EventRecord], into: list[Delivery[EventRecord]]) -> None:
+    """Take what the subscriber has now (each poll hands one record; waiting 50 ms per record
+    while the other member is idle made the test crawl)."""
     delivery = sub.poll(0.05)
-    if delivery is not None:
+    while delivery is not None:
         into.append(delivery)
+        delivery = sub.poll(0)
 
 
 def _wait(check: Callable[[], bool], timeout: float, what: str, step: Callable[[], None]) -> None:
