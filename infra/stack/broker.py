@@ -27,10 +27,13 @@ class BrokerService(Service):
     stop_signal = signal.SIGTERM  # SIGTERM keeps every acknowledged record; never SIGKILL it
     stop_timeout = 30.0
 
-    def __init__(self, home: Path, port: int, store: ObjectStoreService) -> None:
+    def __init__(
+        self, home: Path, port: int, store: ObjectStoreService, bucket: str = BUCKET
+    ) -> None:
         super().__init__(home)
         self.port = port
         self.store = store
+        self.bucket = bucket  # the stack's broker uses BUCKET, which the object store creates
 
     def ports(self) -> dict[int, str]:
         return {self.port: "TRIBUTARY_BROKER_PORT"}
@@ -51,7 +54,7 @@ class BrokerService(Service):
             "--advertised-listener-url",
             url,
             "--storage-engine",
-            f"s3://{BUCKET}/",
+            f"s3://{self.bucket}/",
         ]
 
     def env(self) -> dict[str, str]:

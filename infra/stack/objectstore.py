@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from infra.errors import StartTimeoutError
+from infra.errors import InfraError, StartTimeoutError
 from infra.stack.service import Service
 
 BUCKET = "tansu"
@@ -121,11 +121,22 @@ class ObjectStoreService(Service):
         return self._http(filer) == 200 and self._http(self.endpoint()) > 0
 
     def after_ready(self) -> None:
-        """Create the broker's bucket (a folder under the filer's /buckets)."""
-        url = f"http://127.0.0.1:{self._port('filer.port')}/buckets/{BUCKET}/?op=mkdir"
+        """Create the broker's bucket."""
+        self.create_bucket(BUCKET)
+
+    def create_bucket(self, name: str) -> None:
+        """Create a bucket (a folder under the filer's /buckets); idempotent."""
+        url = f"http://127.0.0.1:{self._port('filer.port')}/buckets/{name}/?op=mkdir"
         status = self._http(url, method="POST")
         if status not in (200, 201, 409):
-            raise StartTimeoutError(f"cannot create bucket {BUCKET!r} in SeaweedFS (HTTP {status})")
+            raise StartTimeoutError(f"cannot create bucket {name!r} in SeaweedFS (HTTP {status})")
+
+    def delete_bucket(self, name: str) -> None:
+        """Remove a bucket and everything in it (a missing bucket is not an error)."""
+        url = f"http://127.0.0.1:{self._port('filer.port')}/buckets/{name}/?recursive=true"
+        status = self._http(url, method="DELETE")
+        if status not in (200, 202, 204, 404):
+            raise InfraError(f"cannot delete bucket {name!r} in SeaweedFS (HTTP {status})")
 
     def cleanup_after_stop(self) -> None:
         ports = [self.s3_port, *(self._port(k) for k in _INTERNAL)]

@@ -8,26 +8,24 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from connectors.kafka import KafkaConfig, TopicAdmin, state_topic
+from connectors.kafka import TopicAdmin, state_topic
 from connectors.kafka.reading import read_topic
-from connectors.schema_registry.api import CONTENT_TYPE, create_registry_app
+from connectors.schema_registry.api import CONTENT_TYPE
 from connectors.schema_registry.store import KafkaSchemaLog, open_registry
 from tests.integration.conftest import Endpoints
-from tests.ports import free_port_block
+from tests.integration.schema_registry.serving import RunningRegistry
 
 POST_V1 = {
     "type": "record",
@@ -40,34 +38,6 @@ POST_V2_OPTIONAL = {
     "fields": [*POST_V1["fields"], {"name": "title", "type": ["null", "string"], "default": None}],
 }
 POST_V2_REQUIRED = {**POST_V1, "fields": [*POST_V1["fields"], {"name": "author", "type": "string"}]}
-
-
-class RunningRegistry:
-    """A registry serving HTTP from a thread of this process."""
-
-    def __init__(self, kafka: KafkaConfig, topic: str) -> None:
-        self.registry, self.store = open_registry(kafka, topic)
-        port = free_port_block(1)
-        self.url = f"http://127.0.0.1:{port}"
-        self.server = uvicorn.Server(
-            uvicorn.Config(
-                create_registry_app(self.registry),
-                host="127.0.0.1",
-                port=port,
-                log_level="warning",
-            )
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the registry did not start serving"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.store.close()
 
 
 @pytest.fixture
