@@ -2,6 +2,7 @@
 running jobs (several at once, one Spark session), and reading what they hold."""
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -84,8 +85,11 @@ def run_jobs(
 def replay_jobs(
     spark: Any, views: Sequence[View], kafka: KafkaConfig, options: JobOptions
 ) -> dict[str, ReplayResult]:
-    """Replay each job from offset zero (one after the other: see :func:`run_jobs`)."""
-    return {view.name: replay(spark, view, kafka, options) for view in views}
+    """Replay each job from offset zero, all at once (each query waited on by a thread of
+    its own)."""
+    with ThreadPoolExecutor(max_workers=len(views) or 1) as pool:
+        futures = {view.name: pool.submit(replay, spark, view, kafka, options) for view in views}
+        return {name: future.result() for name, future in futures.items()}
 
 
 def held(view: View) -> dict[str, dict[str, dict[str, Any]]]:
