@@ -129,7 +129,8 @@ def stored_rows(env: StoreEnv) -> list[dict[str, Any]]:
 
 
 def test_the_stores_avro_long_is_avros_zigzag_varint(stack: Endpoints, env: StoreEnv) -> None:
-    values = [0, 1, -1, 63, 64, -64, -65, 300, 2**31, -(2**31), 2**62, 2**63 - 1, -(2**63)]
+    values = [0, 1, -1, 63, 64, -64, -65, 300, 2**27, 2**31, -(2**31), 2**48, 2**55 - 1]
+    values += [2**55, -(2**55), 2**62, 2**63 - 1, -(2**63)]
     with psycopg.connect(stack.postgres_dsn) as conn:
         got = [
             conn.execute(f"SELECT {env.schema}.avro_long(%s::bigint)", (v,)).fetchone()
