@@ -20,6 +20,7 @@ in the outbox's encoding. The views then converge by themselves: positions make 
 idempotent.
 """
 
+import base64
 import json
 import uuid
 from collections.abc import Iterable, Sequence
@@ -353,7 +354,7 @@ def republish_events(
         rows = conn.execute(
             sql.SQL(
                 "SELECT event_id, event_type, schema_version, stream_type, stream_id, version,"
-                " position, recorded_at, data, metadata, schema_id FROM {}"
+                " position, recorded_at, data, metadata, schema_id, payload FROM {}"
                 " WHERE stream_id = ANY(%s)"
                 " ORDER BY stream_id, version"
             ).format(sql.Identifier(schema, "events")),
@@ -393,6 +394,7 @@ def republish_events(
             "data": json.dumps(row[8]),
             "metadata": json.dumps(row[9] or {}),
             "schema_id": row[10],
+            "payload": None if row[11] is None else base64.b64encode(row[11]).decode(),
         }
         envelope = json.dumps({"op": "c", "after": after, "source": {"lsn": 0}})
         for out in outbox.route(envelope, b"0"):

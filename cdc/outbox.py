@@ -4,14 +4,18 @@
 Each event is written in the Confluent wire format (magic byte 0, the schema id, the Avro
 body) with the schema the row's ``schema_id`` names: the command processor registered it in
 the schema registry before it appended the event (:mod:`event_store.schemas`), so the outbox
-never registers a typed schema; it fetches the schema by id (once) and encodes the row's JSON
-data with it, adding the ``_meta`` envelope. A row without a schema id (a raw ``NewEvent``,
-or appended before typed events) is written with the untyped envelope
-:data:`connectors.avro.UNTYPED_EVENT_SCHEMA` (registered once, by the outbox, under
-``io.tributary.Event``). Key = stream id; headers: event type, event id, version (the
-per-stream position sinks guard on), schema version, position and the LSN.
+never registers a typed schema. A row with a ``payload`` (typed events appended since the
+column exists) is published as is: the store wrote the complete value, ``_meta`` included, so
+Debezium's EventRouter on Kafka Connect publishes the same bytes
+(:meth:`connectors.debezium.DebeziumPostgresConfig.outbox_connector_properties`). An older
+typed row is encoded here: the schema fetched by id (once), the row's JSON data, ``_meta``.
+A row without a schema id (a raw ``NewEvent``, or appended before typed events) is written
+with the untyped envelope :data:`connectors.avro.UNTYPED_EVENT_SCHEMA` (registered once, by
+the outbox, under ``io.tributary.Event``). Key = stream id; headers: event type, event id,
+version (the per-stream position sinks guard on), schema version, position and the LSN.
 """
 
+import base64
 import json
 from datetime import datetime
 from typing import Any, Protocol
@@ -73,7 +77,10 @@ class EventOutbox:
             "metadata": _json_text(row.get("metadata")),
         }
         schema_id = row.get("schema_id")
-        if schema_id is None:
+        payload = row.get("payload")
+        if payload is not None:  # Debezium renders bytea as base64 in JSON
+            value = payload if isinstance(payload, bytes) else base64.b64decode(payload)
+        elif schema_id is None:
             value = UNTYPED.encode(self._untyped(), {**meta, "data": _json_text(row["data"])})
         else:
             schema = self.schemas.schema(int(schema_id))

@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
+from connectors.avro import AvroSchema, from_json
 from event_store.errors import EventDecodeError, UnknownEventTypeError
 from event_store.event import Event, EventRegistry, JsonObject, NewEvent, RecordedEvent
 from event_store.upcasting import Upcasters
@@ -40,14 +41,22 @@ class EventCodec:
         self.events = events
         self.upcasters = upcasters or Upcasters()
         self.schema_ids: dict[tuple[str, int], int] = {}
+        self._heads: dict[tuple[str, int], AvroSchema] = {}
 
     def register_schemas(self, registry: "SchemaRegistrar") -> dict[tuple[str, int], int]:
         """Register the Avro schema of every event class in the schema registry
         (:func:`event_store.schemas.register_event_schemas`: an incompatible one raises,
         naming the fields); from then on each encoded event carries its schema's id."""
-        from event_store.schemas import register_event_schemas
+        from event_store.schemas import avro_schema, register_event_schemas
 
-        self.schema_ids = register_event_schemas(self.events.classes(), registry)
+        classes = self.events.classes()
+        self.schema_ids = register_event_schemas(classes, registry)
+        heads = {}
+        for cls in classes:
+            record = avro_schema(cls)
+            record["fields"] = record["fields"][:-1]  # all but _meta, the store appends it
+            heads[(cls.event_name, cls.schema_version)] = AvroSchema.of(record)
+        self._heads = heads
         return self.schema_ids
 
     def encode(self, event: Event, metadata: JsonObject | None = None) -> NewEvent:
@@ -56,12 +65,21 @@ class EventCodec:
                 f"{type(event).__qualname__} ({event.event_name} v{event.schema_version}) "
                 "is not registered with this domain's EventRegistry"
             )
+        key = (event.event_name, event.schema_version)
+        data = to_json(event)
+        schema_id = self.schema_ids.get(key)
+        head = self._heads.get(key)
         return NewEvent(
             event_type=event.event_name,
             schema_version=event.schema_version,
-            data=to_json(event),
+            data=data,
             metadata=metadata or {},
-            schema_id=self.schema_ids.get((event.event_name, event.schema_version)),
+            schema_id=schema_id,
+            payload_head=(
+                None
+                if schema_id is None or head is None
+                else head.encode(schema_id, from_json(head.definition, data))
+            ),
         )
 
     def decode(self, recorded: RecordedEvent) -> Event:

@@ -88,6 +88,10 @@ class NewEvent:
     metadata: JsonObject = field(default_factory=dict)
     event_id: uuid.UUID = field(default_factory=uuid.uuid4)
     schema_id: int | None = None
+    #: The start of its Kafka record value (set by the codec with ``schema_id``): the Confluent
+    #: wire-format header and the Avro body of the event's own fields; the store appends the
+    #: ``_meta`` envelope into the ``payload`` column the CDC outbox publishes as is.
+    payload_head: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,15 @@
 """The store's tables in a schema of its own, append-only enforced by PostgreSQL itself.
 
-``events`` is the outbox the CDC connector captures (primary key ``position``; rows are
-routed by ``stream_type``, encoded with the Avro schema ``schema_id`` names). A trigger rejects
+``events`` is the outbox the CDC connector captures (primary key ``position``; rows are routed
+by ``stream_type``, encoded with the Avro schema ``schema_id`` names; ``payload`` holds the
+complete record value of a typed event, which a trigger completes at insert with the ``_meta``
+envelope, so Debezium's EventRouter on Kafka Connect can publish it as is). A trigger rejects
 UPDATE, DELETE and TRUNCATE for every role, owner included, and :func:`grant_application_role`
 gives the application only SELECT and INSERT on it. ``transaction_id`` is the writer's
-transaction id (``pg_current_xact_id()``), which :meth:`EventStore.read_all` uses to order
-and to hold readers back behind running writers. ``published_streams`` is where the CDC
-connector records, per stream, the last published version and the Kafka topic, partition
-and offset of its record (updated in place).
+transaction id (``pg_current_xact_id()``), which :meth:`EventStore.read_all` uses to order and
+to hold readers back behind running writers. ``published_streams`` is where the CDC connector
+records, per stream, the last published version and the Kafka topic, partition and offset of its
+record (updated in place).
 """
 
 import re
@@ -18,6 +20,7 @@ from sqlalchemy import (
     Connection,
     DateTime,
     Integer,
+    LargeBinary,
     MetaData,
     Table,
     Text,
@@ -58,6 +61,7 @@ class StoreTables:
             Column("metadata", JSONB, nullable=False),
             Column("recorded_at", DateTime(timezone=True), nullable=False),
             Column("schema_id", Integer, nullable=True),
+            Column("payload", LargeBinary, nullable=True),
         )
         self.snapshots = Table(
             "snapshots",
@@ -124,6 +128,53 @@ def _ddl(schema: str) -> list[str]:
         # The Avro schema's id in the schema registry (typed events; NULL: untyped), which
         # the CDC outbox encodes the row with. Added to stores created before typed events.
         f"ALTER TABLE {s}.events ADD COLUMN IF NOT EXISTS schema_id integer",
+        # The event's Kafka record value, complete (Confluent wire format, ``_meta`` included):
+        # what the CDC outbox publishes as is, embedded or on Kafka Connect (Debezium's
+        # EventRouter). The writer inserts the header and the Avro body of the event's own
+        # fields; the trigger below appends ``_meta``, whose position and time exist only once
+        # the row does. NULL: untyped events and rows older than the column.
+        f"ALTER TABLE {s}.events ADD COLUMN IF NOT EXISTS payload bytea",
+        f"""
+        CREATE OR REPLACE FUNCTION {s}.avro_long(n bigint) RETURNS bytea
+        LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+        DECLARE
+            z bigint := (n << 1) # (n >> 63);
+            out bytea := '';
+        BEGIN
+            WHILE z < 0 OR z > 127 LOOP
+                out := out || set_byte(decode('00', 'hex'), 0, ((z & 127) | 128)::integer);
+                z := (z >> 7) & 144115188075855871;
+            END LOOP;
+            RETURN out || set_byte(decode('00', 'hex'), 0, z::integer);
+        END
+        $$""",
+        f"""
+        CREATE OR REPLACE FUNCTION {s}.avro_string(t text) RETURNS bytea
+        LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+            SELECT {s}.avro_long(octet_length(convert_to(t, 'UTF8'))) || convert_to(t, 'UTF8')
+        $$""",
+        # The Avro encoding of io.tributary.EventMeta (connectors.avro.EVENT_META_SCHEMA),
+        # field by field in its order.
+        f"""
+        CREATE OR REPLACE FUNCTION {s}.complete_event_payload() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            NEW.payload := NEW.payload
+                || {s}.avro_string(NEW.event_id::text)
+                || {s}.avro_string(NEW.event_type)
+                || {s}.avro_long(NEW.schema_version)
+                || {s}.avro_string(NEW.stream_type)
+                || {s}.avro_string(NEW.stream_id)
+                || {s}.avro_long(NEW.version)
+                || {s}.avro_long(NEW.position)
+                || {s}.avro_long((extract(epoch FROM NEW.recorded_at) * 1000000)::bigint)
+                || {s}.avro_string(NEW.metadata::text);
+            RETURN NEW;
+        END
+        $$""",
+        f"CREATE OR REPLACE TRIGGER events_payload BEFORE INSERT ON {s}.events "
+        f"FOR EACH ROW WHEN (NEW.payload IS NOT NULL) "
+        f"EXECUTE FUNCTION {s}.complete_event_payload()",
         f"CREATE INDEX IF NOT EXISTS events_transaction_position_idx "
         f"ON {s}.events (transaction_id, position)",
         f"""

@@ -104,7 +104,7 @@ class AppendStatements:
 
     COLUMNS = (
         "event_id, stream_id, stream_type, version, event_type, schema_version, data, metadata,"
-        " schema_id"
+        " schema_id, payload"
     )
 
     def __init__(self, schema: str, arrays: str = "b") -> None:
@@ -121,16 +121,19 @@ class AppendStatements:
         one = (
             "%(event_id)s::uuid, %(stream_id)s::text, %(stream_type)s::text, "
             "%(version)s::integer, %(event_type)s::text, %(schema_version)s::integer, "
-            "%(data)s::jsonb, %(metadata)s::jsonb, %(schema_id)s::integer"
+            "%(data)s::jsonb, %(metadata)s::jsonb, %(schema_id)s::integer, "
+            "decode(%(payload)s::text, 'hex')"
         )
         many = f"""SELECT e.event_id, %(stream_id)s::text, %(stream_type)s::text,
                    %(expected)s::integer + e.ord::integer, e.event_type, e.schema_version,
-                   e.data, e.metadata, e.schema_id
+                   e.data, e.metadata, e.schema_id, decode(e.payload, 'hex')
             FROM unnest(%(event_ids){a}::uuid[], %(event_types){a}::text[],
                         %(schema_versions){a}::integer[], %(data){a}::jsonb[],
-                        %(metadata){a}::jsonb[], %(schema_ids){a}::integer[])
+                        %(metadata){a}::jsonb[], %(schema_ids){a}::integer[],
+                        %(payloads){a}::text[])
                  WITH ORDINALITY
-                 AS e(event_id, event_type, schema_version, data, metadata, schema_id, ord)"""
+                 AS e(event_id, event_type, schema_version, data, metadata, schema_id, payload,
+                      ord)"""
         insert = f"INSERT INTO {table} ({self.COLUMNS})"
         self.one_new = f"{insert} VALUES ({one}) {returning}"
         self.one_guarded = f"{insert} SELECT {one} {guard} {returning}"
@@ -156,6 +159,7 @@ class AppendStatements:
                 data=json.dumps(event.data),
                 metadata=json.dumps(event.metadata),
                 schema_id=event.schema_id,
+                payload=_hex(event.payload_head),
             )
             return params, self.one_guarded if expected else self.one_new
         params.update(
@@ -165,8 +169,15 @@ class AppendStatements:
             data=[json.dumps(e.data) for e in events],
             metadata=[json.dumps(e.metadata) for e in events],
             schema_ids=[e.schema_id for e in events],
+            payloads=[_hex(e.payload_head) for e in events],
         )
         return params, self.many_guarded if expected else self.many_new
+
+
+def _hex(head: bytes | None) -> str | None:
+    """The payload's head as hex text (the same parameter in the binary and text forms; the
+    statement decodes it; the store's trigger appends ``_meta``)."""
+    return None if head is None else head.hex()
 
 
 class EventStore:

@@ -13,6 +13,7 @@ from rich.table import Table
 from cdc.signals import ensure_signal_table, request_incremental_snapshot
 from cdc.slots import set_replica_identity_full, slot_info
 from cdc.status import StatusFile
+from connectors.debezium import ChangeFormat
 from connectors.kafka.config import is_secret_property
 from infra.cli_app import JsonFlag, app, console, fail, settings
 from infra.settings import Settings
@@ -80,16 +81,25 @@ SECRETS_FILE = "/opt/kafka/secrets/tributary.properties"
 @app.command("connector-config")
 def connector_config(
     show_password: Annotated[bool, typer.Option(help="Print the real password.")] = False,
+    change_format: Annotated[
+        ChangeFormat,
+        typer.Option(
+            "--format",
+            help="Change events of the tables: json (what Tributary's views read) or avro"
+            " (Confluent's AvroConverter against the schema registry).",
+        ),
+    ] = "json",
 ) -> None:
-    """Print the equivalent Kafka Connect JSON of the connector (for a Connect cluster).
+    """Print the equivalent Kafka Connect connectors as a JSON list (for a Connect cluster:
+    one ``POST /connectors`` each): the tables, and the event store's outbox.
 
     Without --show-password the database password (and any secret-looking property) is a
     FileConfigProvider reference. Kafka's own connection (brokers, SASL/TLS) is the Connect
     worker's configuration, never part of this JSON."""
-    config = settings().debezium().kafka_connect_config(hide_password=not show_password)
+    connectors = settings().debezium().kafka_connect_config(not show_password, change_format)
     if not show_password:
-        config = hide_secrets(config)
-    sys.stdout.write(json.dumps(config, indent=2) + "\n")
+        connectors = [hide_secrets(c) for c in connectors]
+    sys.stdout.write(json.dumps(connectors, indent=2) + "\n")
 
 
 def hide_secrets(exported: dict[str, object]) -> dict[str, object]:

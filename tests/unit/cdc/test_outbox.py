@@ -1,3 +1,4 @@
+import base64
 import json
 import uuid
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from connectors.avro import (
     event_parts,
     schema_id_of,
 )
-from event_store import Event
+from event_store import Event, EventCodec, EventRegistry
 from event_store.schemas import EventSchemaError, avro_schema, register_event_schemas
 from examples.social.posts import POST_EVENTS, PostCreated
 from tests.memory_registry import MemoryRegistry
@@ -167,3 +168,34 @@ def test_a_bytes_field_goes_out_as_avro_bytes() -> None:
     assert event.value is not None
     _, record = SchemaCache(registry.schema_text).decode(event.value)
     assert record["signature"] == b"abc" and record["extra"] is None
+
+
+def test_a_row_with_a_payload_is_published_as_is() -> None:
+    outbox = EventOutbox(MemoryRegistry())
+    payload = b"\x00\x00\x00\x00\x07whatever the store wrote"
+    change = json.dumps(
+        {
+            "op": "c",
+            "after": {**_row(schema_id=7), "payload": base64.b64encode(payload).decode()},
+            "source": {"lsn": 99},
+        }
+    )
+    [event] = outbox.route(change, b"99")
+    assert event.value == payload and event.topic == "events.post" and event.key == b"post-7"
+    assert dict(event.headers)["position"] == b"11"
+
+
+def test_the_codecs_payload_head_is_the_outbox_value_before_meta() -> None:
+    registry = MemoryRegistry()
+    codec = EventCodec(EventRegistry(POST_EVENTS))
+    ids = codec.register_schemas(registry)
+    event = PostCreated(
+        7, 3, "hi #kafka", ("kafka",), datetime(2026, 11, 21, 20, 0, 0, 500000, UTC)
+    )
+    new = codec.encode(event, {"command_id": "c1"})
+    assert new.schema_id == ids[("PostCreated", 2)] and new.payload_head is not None
+    row = {**_row(schema_id=new.schema_id), "data": json.dumps(new.data)}
+    value = EventOutbox(registry).record(row, None).value
+    assert value is not None and value.startswith(new.payload_head)
+    assert len(value) > len(new.payload_head)  # _meta follows, appended by the store
+    assert EventCodec(EventRegistry(POST_EVENTS)).encode(event).payload_head is None  # no ids
