@@ -47,6 +47,7 @@ class KafkaSchemaLog:
         self.topic = topic
         self.timeout = timeout
         self._applied = 0  # the next offset the reader will apply
+        self.fetch_wait_ms = TAIL_FETCH_WAIT_MS  # the reader's fetch wait now (it lengthens)
         self._wanted = 0  # the offset a writer waits for the reader to pass
         self._progress = threading.Condition()
         self._stop = threading.Event()
@@ -149,7 +150,7 @@ class KafkaSchemaLog:
         Tansu a short fetch wait can stop bringing records below the end of a log of many
         small batches, so while a writer waits and fetches bring nothing, the consumer is
         opened again at the applied offset with a longer wait (``connectors.kafka.fetching``)."""
-        wait = TAIL_FETCH_WAIT_MS  # a write waits for its own record: answer quickly
+        wait = self.fetch_wait_ms  # a write waits for its own record: answer quickly
         consumer = self._consumer(wait)
         quiet_until = time.monotonic() + stall_s(wait)
         try:
@@ -160,7 +161,7 @@ class KafkaSchemaLog:
                     quiet_until = now + stall_s(wait)
                 elif now > quiet_until and self._wanted > self._applied:
                     consumer.close()
-                    wait = longer_wait(wait)
+                    wait = self.fetch_wait_ms = longer_wait(wait)
                     consumer = self._consumer(wait)
                     quiet_until = now + stall_s(wait)
                 for msg in messages:

@@ -22,6 +22,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from connectors.kafka import TopicAdmin, state_topic
 from connectors.kafka.reading import read_topic
+from connectors.schema_registry import store as store_module
 from connectors.schema_registry.api import CONTENT_TYPE
 from connectors.schema_registry.store import KafkaSchemaLog, open_registry
 from tests.integration.conftest import Endpoints
@@ -256,18 +257,21 @@ def test_store_reads_past_foreign_records(stack: Endpoints, registry_topic: str)
 
 
 def test_many_concurrent_registrations_all_land(
-    start_registry: Callable[[], RunningRegistry], unique: str
+    start_registry: Callable[[], RunningRegistry], unique: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """16 clients register 8 subjects each at once: every write is a batch of its own on the
-    store's topic, and the registry's reader must keep reading past hundreds of them (on Tansu
-    a short fetch wait stopped bringing records, and every later request timed out)."""
-    url = start_registry().url
-    subjects = [f"load-{unique}-{c}-{n}" for c in range(16) for n in range(8)]
+    """16 clients register 4 subjects each at once: every write is a batch of its own on the
+    store's topic, and the registry's reader must keep reading past them (on Tansu a short
+    fetch wait stopped bringing records, and every later request timed out). The reader starts
+    with a 1 ms wait so a stall comes early and its longer waits carry it on."""
+    monkeypatch.setattr(store_module, "TAIL_FETCH_WAIT_MS", 1)
+    running = start_registry()
+    url = running.url
+    subjects = [f"load-{unique}-{c}-{n}" for c in range(16) for n in range(4)]
     ids: dict[str, int] = {}
 
     def client(c: int) -> None:
         registry = SchemaRegistryClient({"url": url, "timeout": 60})
-        for n in range(8):
+        for n in range(4):
             subject = f"load-{unique}-{c}-{n}"
             ids[subject] = registry.register_schema(subject, avro({**POST_V1, "name": f"P{c}x{n}"}))
 

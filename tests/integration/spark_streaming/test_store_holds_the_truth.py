@@ -2,14 +2,13 @@
 happened to Spark's checkpoint - deleted after a kill -9, restored from an older copy, or ahead
 of a store that was itself restored from an older backup."""
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from spark_streaming.view_job import checkpoint_dir
+from spark_streaming.view_job import BatchReport, ViewJob, checkpoint_dir
 from spark_streaming.views import ViewsConfig, configured_views
 from tests.integration.spark_streaming.changefeed import ChangeFeed, applied_counts, mirror_rows
 from tests.integration.spark_streaming.test_crash_recovery import (
@@ -19,13 +18,29 @@ from tests.integration.spark_streaming.test_crash_recovery import (
     wait_marker,
 )
 
+MAX_OFFSETS = 400  # as the crash driver's: several batches per run
 
-def run_to_end(config: ViewsConfig, feed: ChangeFeed, reports: Path) -> list[dict[str, Any]]:
-    """Run the mirror's driver until it has read everything; its batch reports."""
-    reports.unlink(missing_ok=True)
-    proc = driver(config, feed, reports=str(reports))
-    assert proc.wait(300) == 0
-    return [json.loads(line) for line in reports.read_text().splitlines()]
+
+def run_to_end(spark: Any, config: ViewsConfig) -> list[dict[str, Any]]:
+    """Run the mirror until it has read everything (a new query in the tests' Spark session,
+    reading the checkpoint and the store as a restarted driver would); its batch reports."""
+    [view] = configured_views(config).values()
+    reports: list[dict[str, Any]] = []
+
+    def report(batch: BatchReport) -> None:
+        reports.append(
+            {"batch_id": batch.batch_id, "applied": batch.applied, "records": batch.records}
+        )
+
+    options = config.job_options(max_offsets_per_trigger=MAX_OFFSETS)
+    job = ViewJob(spark, view, config.kafka, options, on_batch=report)
+    try:
+        query = job.start(available_now=True)
+        assert query.awaitTermination(300), "the mirror did not read everything in 300 s"
+        assert query.exception() is None, query.exception()
+    finally:
+        job.close()
+    return reports
 
 
 def assert_mirrors(feed: ChangeFeed, table: str) -> None:
@@ -46,7 +61,7 @@ def store_offsets(config: ViewsConfig) -> int:
 
 
 def test_checkpoint_deleted_after_a_kill_9_resumes_from_the_store(
-    feed: ChangeFeed, views_config: ViewsConfig, tmp_path: Path
+    spark: Any, feed: ChangeFeed, views_config: ViewsConfig, tmp_path: Path
 ) -> None:
     feed.run(1500)
     marker = tmp_path / "paused"
@@ -58,7 +73,7 @@ def test_checkpoint_deleted_after_a_kill_9_resumes_from_the_store(
     assert reached > 0
     feed.run(500)
 
-    batches = run_to_end(views_config, feed, tmp_path / "reports.jsonl")
+    batches = run_to_end(spark, views_config)
     # A new checkpoint, starting where the store stood: nothing read twice, nothing skipped.
     assert batches[0]["batch_id"] == 0 and all(b["applied"] for b in batches)
     assert sum(b["records"] for b in batches) == len(feed.sent) - reached
@@ -66,32 +81,32 @@ def test_checkpoint_deleted_after_a_kill_9_resumes_from_the_store(
 
 
 def test_an_older_checkpoint_copy_skips_what_the_store_has(
-    feed: ChangeFeed, views_config: ViewsConfig, tmp_path: Path
+    spark: Any, feed: ChangeFeed, views_config: ViewsConfig, tmp_path: Path
 ) -> None:
     feed.run(800)
-    run_to_end(views_config, feed, tmp_path / "r1.jsonl")
+    run_to_end(spark, views_config)
     checkpoint = checkpoint_of(views_config)
     old = tmp_path / "old-checkpoint"
     shutil.copytree(checkpoint, old)
     feed.run(800)
-    run_to_end(views_config, feed, tmp_path / "r2.jsonl")
+    run_to_end(spark, views_config)
     shutil.rmtree(checkpoint)
     shutil.copytree(old, checkpoint)  # restored from the older copy
     feed.run(200)
 
-    batches = run_to_end(views_config, feed, tmp_path / "r3.jsonl")
+    batches = run_to_end(spark, views_config)
     # Spark replays from the old checkpoint; batches the store has are skipped, not re-applied.
     assert any(not b["applied"] for b in batches) and batches[-1]["applied"]
     assert_mirrors(feed, view_table(views_config, feed))
 
 
 def test_a_checkpoint_ahead_of_a_restored_store_is_reset(
-    feed: ChangeFeed, views_config: ViewsConfig, tmp_path: Path
+    spark: Any, feed: ChangeFeed, views_config: ViewsConfig
 ) -> None:
     schema = views_config.views_schema
     table = view_table(views_config, feed)
     feed.run(700)
-    run_to_end(views_config, feed, tmp_path / "r1.jsonl")
+    run_to_end(spark, views_config)
     with psycopg.connect(feed.dsn, autocommit=True) as conn:  # a backup of the store
         conn.execute(f"CREATE TABLE {schema}.backup_rows AS SELECT * FROM {table}")
         conn.execute(f"CREATE TABLE {schema}.backup_gone AS SELECT * FROM {table}__deleted")
@@ -99,7 +114,7 @@ def test_a_checkpoint_ahead_of_a_restored_store_is_reset(
             f"CREATE TABLE {schema}.backup_ledger AS SELECT * FROM {schema}._tributary_ledger"
         )
     feed.run(700)
-    run_to_end(views_config, feed, tmp_path / "r2.jsonl")
+    run_to_end(spark, views_config)
     with psycopg.connect(feed.dsn, autocommit=True) as conn:  # restore the older backup
         conn.execute(f"TRUNCATE {table}, {table}__deleted, {schema}._tributary_ledger")
         conn.execute(f"INSERT INTO {table} SELECT * FROM {schema}.backup_rows")
@@ -107,7 +122,7 @@ def test_a_checkpoint_ahead_of_a_restored_store_is_reset(
         conn.execute(f"INSERT INTO {schema}._tributary_ledger SELECT * FROM {schema}.backup_ledger")
     feed.run(100)
 
-    batches = run_to_end(views_config, feed, tmp_path / "r3.jsonl")
+    batches = run_to_end(spark, views_config)
     # The checkpoint would have skipped the 700 changes the store lost: it was moved aside and
     # the query restarted from the store's offsets.
     checkpoint = checkpoint_of(views_config)
