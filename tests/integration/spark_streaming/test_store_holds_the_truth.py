@@ -8,39 +8,16 @@ from typing import Any
 
 import psycopg
 
-from spark_streaming.view_job import BatchReport, ViewJob, checkpoint_dir
+from spark_streaming.view_job import checkpoint_dir
 from spark_streaming.views import ViewsConfig, configured_views
 from tests.integration.spark_streaming.changefeed import ChangeFeed, applied_counts, mirror_rows
 from tests.integration.spark_streaming.test_crash_recovery import (
     driver,
     kill_group,
+    run_to_end,
     view_table,
     wait_marker,
 )
-
-MAX_OFFSETS = 400  # as the crash driver's: several batches per run
-
-
-def run_to_end(spark: Any, config: ViewsConfig) -> list[dict[str, Any]]:
-    """Run the mirror until it has read everything (a new query in the tests' Spark session,
-    reading the checkpoint and the store as a restarted driver would); its batch reports."""
-    [view] = configured_views(config).values()
-    reports: list[dict[str, Any]] = []
-
-    def report(batch: BatchReport) -> None:
-        reports.append(
-            {"batch_id": batch.batch_id, "applied": batch.applied, "records": batch.records}
-        )
-
-    options = config.job_options(max_offsets_per_trigger=MAX_OFFSETS)
-    job = ViewJob(spark, view, config.kafka, options, on_batch=report)
-    try:
-        query = job.start(available_now=True)
-        assert query.awaitTermination(300), "the mirror did not read everything in 300 s"
-        assert query.exception() is None, query.exception()
-    finally:
-        job.close()
-    return reports
 
 
 def assert_mirrors(feed: ChangeFeed, table: str) -> None:
