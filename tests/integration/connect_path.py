@@ -11,18 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cdc.connector import LOG4J  # the embedded connector's log set-up
+
 #: (topic, key bytes, value bytes, headers)
 Record = tuple[str, bytes | None, bytes | None, dict[str, bytes | None]]
-
-LOG4J = """\
-rootLogger.level=WARN
-appender.file.type=File
-appender.file.name=file
-appender.file.fileName={log_file}
-appender.file.layout.type=PatternLayout
-appender.file.layout.pattern=%d [%level] %c{{1}} - %m%n
-rootLogger.appenderRef.file.ref=file
-"""
 
 
 class ConnectWorker:
