@@ -56,6 +56,11 @@ class ObjectStoreService(Service):
     def _port(self, key: str) -> int:
         return self.internal_port + _INTERNAL[key]
 
+    @property
+    def filer_url(self) -> str:
+        """The filer's HTTP API (``/buckets/<bucket>/...`` lists and deletes objects)."""
+        return f"http://127.0.0.1:{self._port('filer.port')}"
+
     def ports(self) -> dict[int, str]:
         out = {self.s3_port: "TRIBUTARY_OBJECTSTORE_PORT"}
         for key in _INTERNAL:
@@ -117,8 +122,7 @@ class ObjectStoreService(Service):
             return 0
 
     def ready(self) -> bool:
-        filer = f"http://127.0.0.1:{self._port('filer.port')}/"
-        return self._http(filer) == 200 and self._http(self.endpoint()) > 0
+        return self._http(f"{self.filer_url}/") == 200 and self._http(self.endpoint()) > 0
 
     def after_ready(self) -> None:
         """Create the broker's bucket."""
@@ -126,14 +130,14 @@ class ObjectStoreService(Service):
 
     def create_bucket(self, name: str) -> None:
         """Create a bucket (a folder under the filer's /buckets); idempotent."""
-        url = f"http://127.0.0.1:{self._port('filer.port')}/buckets/{name}/?op=mkdir"
+        url = f"{self.filer_url}/buckets/{name}/?op=mkdir"
         status = self._http(url, method="POST")
         if status not in (200, 201, 409):
             raise StartTimeoutError(f"cannot create bucket {name!r} in SeaweedFS (HTTP {status})")
 
     def delete_bucket(self, name: str) -> None:
         """Remove a bucket and everything in it (a missing bucket is not an error)."""
-        url = f"http://127.0.0.1:{self._port('filer.port')}/buckets/{name}/?recursive=true"
+        url = f"{self.filer_url}/buckets/{name}/?recursive=true"
         status = self._http(url, method="DELETE")
         if status not in (200, 202, 204, 404):
             raise InfraError(f"cannot delete bucket {name!r} in SeaweedFS (HTTP {status})")

@@ -19,16 +19,27 @@ the supervisor; a killed supervisor is started again by the harness (after its c
 with it); a stack service is started again the way ``tributary up`` does (``LocalStack.up``,
 which starts whatever is not running).
 
+Two more parts. ``broker-loss``: ``kill -9`` of the broker, which then loses the acknowledged
+records the data topics (``events.*``, the CDC topics) received in the last second before the
+kill (``tests/chaos/loss.py`` deletes their batches from the broker's storage while it is down:
+the loss ``../shared/ENVIRONMENT.md`` measured, which this build did not repeat by itself); the
+check prints what the broker dropped, what ``tributary verify`` named and what the views lacked
+before ``tributary repair``, then what repair did. ``load`` (issue 13, item 5, with the views
+running): no kill; 16 senders (8 through the topic, 8 through HTTP) send without pause for
+``--load-seconds``; then the views must equal the reference (its "time to recover" is the time
+from the pause of the senders until they do).
+
 Time to recover (per trial): from the kill until a probe written after the kill is visible in
 every view -- a CreatePost through the topic, a CreatePost through HTTP (both by a probe user
 whom a probe follower follows) and a SQL update of the probe user's bio: the two posts in the
 search index and the follower's timeline, the new bio in the users mirror and the profile cache.
 
 After each part's trials the workload pauses (every command in flight gets its answer), for the
-broker and the object store ``tributary repair`` runs (the broker loses the last acknowledged
-records on ``kill -9``), the harness waits for the views to converge, then compares every topic
-and view with the reference computed from the source of truth (the event store and the users
-table), with the reference functions of the views' tests (``examples.social.views.reference``).
+broker, ``broker-loss`` and the object store ``tributary repair`` runs (a broker may lose its
+last acknowledged records on ``kill -9``), the harness waits for the views to converge, then
+compares every topic and view with the reference computed from the source of truth (the event
+store and the users table), with the reference functions of the views' tests
+(``examples.social.views.reference``).
 
 Definitions (counted per part: only differences that were not there at the previous check):
 

@@ -5,6 +5,7 @@
 
 import argparse
 import contextlib
+import json
 import os
 import random
 import re
@@ -18,6 +19,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +41,7 @@ from infra.verify import verify
 from projections.view import View
 from spark_streaming.views import configured_views
 from tests.chaos.compare import Diffs, compare_all, new_since, totals
+from tests.chaos.loss import TailLoss
 from tests.chaos.workload import USERS, Workload, add_user, post_command
 from tests.command_results import Results, topics_of
 from tests.stackenv import isolated_settings, settings_env
@@ -46,8 +49,12 @@ from tributary.errors import TributaryError
 
 SUPERVISED = ("cdc", "commands", "views", "api")
 SERVICES = ("postgres", "redis", "broker", "objectstore")
-PARTS = ("supervisor", *SUPERVISED, *SERVICES)
-LOSSY = ("broker", "objectstore")  # kill -9 loses acknowledged records: repair after
+LOSS = "broker-loss"  # kill -9 of the broker, which loses its last acknowledged records
+LOAD = "load"  # no kill: 16 senders without pause (item 5), then the views must converge
+LOAD_SENDERS = 16
+PARTS = ("supervisor", *SUPERVISED, *SERVICES, LOSS, LOAD)
+LOSSY = ("broker", "objectstore", LOSS)  # kill -9 may lose acknowledged records: repair after
+LOSS_WINDOW_S = 1.0  # broker-loss: the batches the data topics received this long before the kill
 PROBE_AUTHOR, PROBE_FOLLOWER = 900_001, 900_002
 RECOVERY_TIMEOUT_S = 600.0
 CONVERGE_TIMEOUT_S = 420.0
@@ -69,6 +76,11 @@ class Row:
     recoveries: list[float] = field(default_factory=list)
     unrecovered: int = 0
     examples: list[str] = field(default_factory=list)
+    dropped: dict[str, int] = field(default_factory=dict)  # broker-loss: events, changes lost
+    named: str = "-"  # what verify named before repair (the lossy parts)
+    short: int | None = None  # what the views lacked before repair (the lossy parts)
+    converged_s: float = 0.0  # from the pause of the workload until the views equal the reference
+    repaired: str = "-"  # what repair did
 
     @property
     def failed(self) -> bool:
@@ -105,8 +117,10 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, every: floa
 
 
 class Harness:
-    def __init__(self, trials: int, parts: list[str], keep: bool, seed: int) -> None:
-        self.trials, self.parts, self.keep = trials, parts, keep
+    def __init__(
+        self, trials: int, parts: list[str], keep: bool, seed: int, load_s: float = 120.0
+    ) -> None:
+        self.trials, self.parts, self.keep, self.load_s = trials, parts, keep, load_s
         self.rng = random.Random(seed)
         self.s: Settings = isolated_settings(
             "tributary-chaos-", api_port=free_port(), verify_interval_s=0.0
@@ -130,6 +144,11 @@ class Harness:
         self.last: Diffs = {}
         self.probe_post = 800_000_000
         self.defects: list[str] = []
+        self.tail = TailLoss(
+            self.stack.objectstore.filer_url,
+            self.stack.broker.bucket,
+            (self.s.event_topic_prefix, f"{self.s.cdc_topic_prefix}."),
+        )
 
     # -- set-up and tear-down ------------------------------------------------------------
 
@@ -187,6 +206,8 @@ class Harness:
         return {name: int(pid) for name, pid in STARTED.findall(text)}
 
     def teardown(self, failed: bool) -> None:
+        # A second Ctrl-C must not leave the stack running: tear-down finishes first.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         if self.workload is not None:
             self.workload.halt.set()
             self.workload.running.set()
@@ -217,7 +238,7 @@ class Harness:
 
     # -- killing and restarting ----------------------------------------------------------
 
-    def kill(self, part: str) -> None:
+    def kill(self, part: str, row: Row) -> None:
         """kill -9 of ``part``, then what brings it back that is not the supervisor's job."""
         if part == "supervisor":
             self.kill_supervisor()
@@ -228,6 +249,8 @@ class Harness:
             below = descendants(pid)  # e.g. the Spark driver's JVM
             os.kill(pid, signal.SIGKILL)
             self.expect_gone(f"kill -9 of {part}", below)
+        elif part == LOSS:
+            self.kill_service("broker", row)
         else:
             self.kill_service(part)
 
@@ -250,13 +273,25 @@ class Harness:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
 
-    def kill_service(self, name: str) -> None:
+    def kill_service(self, name: str, lossy: Row | None = None) -> None:
+        """kill -9 of a stack service; with ``lossy``, the broker also loses its last batches."""
         service = self.stack.service(name)
         pid = service.pid()
         if pid is None:
             raise TributaryError(f"{name}: no running pid in {service.pidfile.path}")
+        killed = time.time()
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: not is_alive(pid), 60, f"{name} to die", every=0.05)
+        if lossy is not None:
+            lost = self.tail.lose(killed - LOSS_WINDOW_S)
+            for batch in lost:
+                kind = "events" if batch.topic.startswith(self.s.event_topic_prefix) else "changes"
+                lossy.dropped[kind] = lossy.dropped.get(kind, 0) + batch.records
+            say(
+                f"{name}: lost {sum(b.records for b in lost)} acknowledged records of the last"
+                f" {LOSS_WINDOW_S:.0f}s: "
+                + ", ".join(f"{b.topic}[{b.partition}]@{b.offset}+{b.records}" for b in lost)
+            )
 
         def up() -> bool:  # as `tributary up`: start whatever is not running
             try:
@@ -353,8 +388,9 @@ class Harness:
 
     # -- checking ------------------------------------------------------------------------
 
-    def repair(self) -> None:
+    def repair(self) -> str:
         """`tributary repair` as a user runs it, until the topics match the source of truth."""
+        did: list[str] = []
         for attempt in range(1, 6):
             done = subprocess.run(
                 [sys.executable, "-m", "infra.cli", "repair", "--json"],
@@ -367,6 +403,7 @@ class Harness:
                 f"repair #{attempt}: exit {done.returncode} {done.stdout.strip()[:300]}"
                 f" {done.stderr.strip()[-300:]}"
             )
+            did.append(repaired(done.stdout))
             try:
                 wait_until(
                     lambda: verify(self.s, views=False).ok,
@@ -374,16 +411,26 @@ class Harness:
                     "the topics to be repaired",
                     every=5,
                 )
-                return
+                break
             except TimeoutError:
                 continue
+        return "; ".join(did)
+
+    def named(self) -> str:
+        """What `verify` names against the topics, before any repair (the lossy parts)."""
+        report = verify(self.s, views=False)
+        missing = report.events.missing if report.events is not None else []
+        rows = [(t.table, key) for t in report.tables for key in [*t.missing, *t.stale]]
+        say(
+            f"verify before repair: ok={report.ok}; {len(missing)} events missing"
+            f" {missing[:8]}; {len(rows)} rows missing or stale {rows[:8]}; errors {report.errors}"
+        )
+        return f"{len(missing)} events, {len(rows)} rows"
 
     def check(self, part: str, row: Row) -> None:
         assert self.workload is not None and self.results is not None
         say(f"{part}: pausing the workload for the check")
         self.workload.pause()
-        if part in LOSSY:
-            self.repair()
         results = self.results
         workload = self.workload
 
@@ -391,6 +438,17 @@ class Harness:
             return compare_all(
                 self.s, self.views, list(workload.answers.values()), results.snapshot()
             )
+
+        if part in LOSSY:
+            time.sleep(10)  # what CDC still had to publish is published (verify names losses)
+            row.named = self.named()
+            try:
+                short = new_since(self.last, compare())
+                row.short = totals(short)[0]
+                say(f"{part}: before repair the views lack {row.short}: {sorted(short)[:12]}")
+            except Exception as exc:
+                say(f"{part}: cannot compare before repair: {type(exc).__name__}: {exc}")
+            row.repaired = self.repair()
 
         diffs: Diffs = {}
         started = time.monotonic()
@@ -402,6 +460,7 @@ class Harness:
             if not diffs or time.monotonic() - started > CONVERGE_TIMEOUT_S:
                 break
             time.sleep(5)
+        row.converged_s = time.monotonic() - started
         new = new_since(self.last, diffs)
         self.last = diffs
         row.lost, row.twice = totals(new)
@@ -414,16 +473,41 @@ class Harness:
         )
         self.workload.resume()
 
+    def load(self, row: Row) -> None:
+        """Item 5 with the views running: ``LOAD_SENDERS`` senders (half through the topic, half
+        through HTTP) send without pause for ``load_s``; then every view must equal the
+        reference. Time to recover is the time from the end of the load until they do."""
+        assert self.workload is not None
+        answered = len(self.workload.answers)
+        before = (self.workload.topic_senders, self.workload.http_senders, self.workload.pace_s)
+        self.workload.scale(LOAD_SENDERS // 2, LOAD_SENDERS // 2, 0.0)
+        time.sleep(self.load_s)
+        self.check(LOAD, row)  # pauses the workload: every command in flight gets its answer
+        done = list(self.workload.answers.values())[answered:]
+        statuses = Counter(str((a.result or {}).get("status", "no answer")) for a in done)
+        row.trials, row.recoveries = 1, [row.converged_s]
+        say(
+            f"load: {len(done)} commands answered in {self.load_s:.0f}s by {LOAD_SENDERS}"
+            f" senders ({len(done) / self.load_s:.1f}/s) {dict(statuses)}; the views equal the"
+            f" reference {row.converged_s:.0f}s after the senders stopped"
+        )
+        self.workload.scale(*before)
+
     # -- the run -------------------------------------------------------------------------
 
     def run(self) -> list[Row]:
         rows = []
         for part in self.parts:
             row = Row(part)
+            if part == LOAD:
+                self.load(row)
+                rows.append(row)
+                print_table(rows)
+                continue
             for trial in range(1, self.trials + 1):
                 time.sleep(self.rng.uniform(3, 8))  # mid-workload
                 killed_at = time.monotonic()
-                self.kill(part)
+                self.kill(part, row)
                 took = self.probe(killed_at)
                 row.trials += 1
                 if took is None:
@@ -447,6 +531,10 @@ def print_table(rows: list[Row]) -> None:
         "recover median (s)",
         "max (s)",
         "not recovered",
+        "dropped by the broker",
+        "verify named (before repair)",
+        "views lacked (before repair)",
+        "repair",
         title="chaos: kill -9 under load",
     )
     for r in rows:
@@ -458,6 +546,10 @@ def print_table(rows: list[Row]) -> None:
             f"{statistics.median(r.recoveries):.1f}" if r.recoveries else "-",
             f"{max(r.recoveries):.1f}" if r.recoveries else "-",
             str(r.unrecovered),
+            dropped(r) if r.part == LOSS else "-",
+            r.named,
+            "-" if r.short is None else str(r.short),
+            r.repaired,
         )
     console.print(table)
 
@@ -470,12 +562,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the state folder and logs")
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument(
+        "--load-seconds", type=float, default=120.0, help="how long the load part sends"
+    )
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         parser.error(f"unknown part(s) {unknown}; choose from {','.join(PARTS)}")
-    harness = Harness(args.trials, parts, args.keep, args.seed)
+    harness = Harness(args.trials, parts, args.keep, args.seed, args.load_seconds)
     rows: list[Row] = []
     failed = True
     try:
@@ -497,3 +592,20 @@ def main(argv: list[str] | None = None) -> int:
         )
     print_table(rows)
     return 1 if failed else 0
+
+
+def repaired(stdout: str) -> str:
+    """One line of what `tributary repair --json` did."""
+    try:
+        done = json.loads(stdout)
+    except ValueError:
+        return "no JSON answer"
+    tables = "".join(
+        f"; {t}: {d.get('snapshot_keys', 0)} keys re-snapshot"
+        for t, d in done.get("tables", {}).items()
+    )
+    return f"{done.get('events_republished', 0)} events republished{tables}"
+
+
+def dropped(row: Row) -> str:
+    return f"{row.dropped.get('events', 0)} events, {row.dropped.get('changes', 0)} row changes"

@@ -54,6 +54,20 @@ class Workload:
             self._thread(f"http-{n}", self._http_sender, n)
         self._thread("sql", self._sql_writer, 0)
 
+    def scale(self, topic_senders: int, http_senders: int, pace_s: float) -> None:
+        """Run this many senders of each kind (more start; the extra ones end after their turn)."""
+        with self.lock:
+            before = (self.topic_senders, self.http_senders)
+            self.topic_senders, self.http_senders, self.pace_s = (
+                topic_senders,
+                http_senders,
+                pace_s,
+            )
+        for n in range(before[0], topic_senders):
+            self._thread(f"topic-{n}", self._topic_sender, n)
+        for n in range(before[1], http_senders):
+            self._thread(f"http-{n}", self._http_sender, n)
+
     def _thread(self, name: str, target: Callable[[int], None], n: int) -> None:
         thread = threading.Thread(target=target, args=(n,), name=name, daemon=True)
         thread.start()
@@ -76,13 +90,18 @@ class Workload:
         for thread in self.threads:
             thread.join(60)
 
-    def _turn(self) -> bool:
-        """Wait while paused; False once halted. Counts this thread busy when True."""
+    def _turn(self, sender: tuple[str, int] | None = None) -> bool:
+        """Wait while paused; False once halted (or this sender is beyond the senders wanted).
+        Counts this thread busy when True."""
         while not self.running.wait(0.5):
             if self.halt.is_set():
                 return False
         if self.halt.is_set():
             return False
+        if sender is not None:
+            kind, n = sender
+            if n >= (self.topic_senders if kind == "topic" else self.http_senders):
+                return False
         with self.lock:
             self.busy += 1
         return True
@@ -119,7 +138,7 @@ class Workload:
     def _topic_sender(self, n: int) -> None:
         rng = random.Random(n)
         client = CommandClient(self.s.kafka(f"chaos-sender-{n}"), topics_of(self.s))
-        while self._turn():
+        while self._turn(("topic", n)):
             kind, data = self._command(rng)
             command_id = f"t{n}-{uuid.uuid4()}"
             key = (
@@ -139,7 +158,7 @@ class Workload:
     def _http_sender(self, n: int) -> None:
         rng = random.Random(1000 + n)
         with httpx.Client(base_url=self.api, timeout=60) as client:
-            while self._turn():
+            while self._turn(("http", n)):
                 kind, data = self._command(rng)
                 command_id = f"h{n}-{uuid.uuid4()}"
                 result = None
