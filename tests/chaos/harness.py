@@ -451,7 +451,7 @@ class Harness:
             row.repaired = self.repair()
 
         diffs: Diffs = {}
-        started = time.monotonic()
+        started = said = time.monotonic()
         while True:
             try:
                 diffs = compare()
@@ -459,6 +459,9 @@ class Harness:
                 diffs = {f"compare failed: {type(exc).__name__}: {str(exc)[:120]}": (1, 0)}
             if not diffs or time.monotonic() - started > CONVERGE_TIMEOUT_S:
                 break
+            if time.monotonic() - said > 60:  # say what is still behind, once a minute
+                said = time.monotonic()
+                say(f"{part}: after {said - started:.0f}s still {len(diffs)}: {sorted(diffs)[:8]}")
             time.sleep(5)
         row.converged_s = time.monotonic() - started
         new = new_since(self.last, diffs)
