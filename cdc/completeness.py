@@ -18,10 +18,15 @@ Repair: missing and stale rows are re-read by an incremental snapshot of exactly
 tombstone at the current WAL position; missing events are re-published from the event store
 in the outbox's encoding. The views then converge by themselves: positions make everything
 idempotent.
+
+Each comparison reads only what its topics gained since the last one (:mod:`cdc.checked`): the
+latest change per key and the event ids seen are kept with the offsets they were read to. A
+run with ``full`` (or without a checkpoint folder) reads every topic from its start.
 """
 
 import base64
 import json
+import logging
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +36,7 @@ import psycopg
 from confluent_kafka import Producer
 from psycopg import sql
 
+from cdc.checked import CheckedTopics, Checkpoint
 from cdc.outbox import EventOutbox, event_topic
 from cdc.published import PublishedStreams
 from cdc.publisher import (
@@ -40,11 +46,12 @@ from cdc.publisher import (
     StreamVersion,
     latest_per_stream,
 )
-from connectors.changes import ChangeDecodeError, ChangeEvent
+from connectors.changes import ChangeDecodeError, ChangeEvent, Row
 from connectors.debezium import SIGNAL_SCHEMA, SIGNAL_TABLE, debezium_encoding
+from connectors.errors import TopicRewoundError
 from connectors.kafka import KafkaConfig, TopicAdmin
 from connectors.kafka.config import ClientValue
-from connectors.kafka.reading import read_topic
+from connectors.kafka.reading import Record, read_tail
 from connectors.postgres import PostgresConfig, table_columns
 from connectors.schema_registry.client import RegistryClient
 from connectors.stores.pg_tables import TypedColumn
@@ -52,6 +59,8 @@ from connectors.stores.pg_tables import TypedColumn
 SIGNAL_LIMIT = 2000  # characters of a signal's data (the signal table's column is 2048)
 SAMPLE = 20  # keys listed per problem in a report
 _PRODUCER: dict[str, ClientValue] = {"enable.idempotence": True, "partitioner": "murmur2_random"}
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -65,6 +74,8 @@ class TableReport:
     stale: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
     undecodable: int = 0
+    read: int = 0  # records read this run
+    whole: bool = True  # read from the start (no usable checkpoint)
 
     @property
     def ok(self) -> bool:
@@ -79,6 +90,8 @@ class TableReport:
             "stale": len(self.stale),
             "extra": len(self.extra),
             "undecodable_records": self.undecodable,
+            "records_read": self.read,
+            "read_whole": self.whole,
             "sample": {
                 "missing": self.missing[:SAMPLE],
                 "stale": self.stale[:SAMPLE],
@@ -96,6 +109,8 @@ class EventsReport:
     missing: list[tuple[str, str, int]] = field(default_factory=list)  # (type, stream, version)
     duplicated: int = 0
     unknown: list[str] = field(default_factory=list)  # event ids
+    read: int = 0  # records read this run
+    whole: bool = True  # every topic read from its start (no usable checkpoint)
 
     @property
     def ok(self) -> bool:
@@ -107,6 +122,8 @@ class EventsReport:
             "missing": len(self.missing),
             "duplicated": self.duplicated,
             "unknown": len(self.unknown),
+            "records_read": self.read,
+            "read_whole": self.whole,
             "sample": {
                 "missing": [f"{t}/{s}@{v}" for t, s, v in self.missing[:SAMPLE]],
                 "unknown": self.unknown[:SAMPLE],
@@ -118,13 +135,47 @@ class EventsReport:
 # -- tables ---------------------------------------------------------------------------------
 
 
-def _latest(kafka: KafkaConfig, topic: str) -> tuple[dict[str, ChangeEvent], int]:
-    """The topic's latest change per key (by position); how many records did not decode."""
-    latest: dict[str, ChangeEvent] = {}
-    bad = 0
+@dataclass
+class _TopicRead:
+    """What a topic gained since its checkpoint, and the summary it adds to."""
+
+    records: list[Record]
+    summary: dict[str, Any]
+    ends: dict[int, int]
+    whole: bool
+
+
+def _read_since(
+    kafka: KafkaConfig, checked: CheckedTopics, kind: str, topic: str, full: bool
+) -> _TopicRead:
+    """The records after the topic's checkpoint (all of them with ``full``, without a
+    checkpoint, or when the topic was rewound)."""
+    previous = None if full else checked.load(kind, topic)
+    if previous is not None:
+        try:
+            tail = read_tail(kafka, topic, previous.ends)
+            return _TopicRead(tail.records, previous.summary, tail.ends, whole=False)
+        except TopicRewoundError as exc:
+            log.warning("%s: reading it whole again", exc)
+    tail = read_tail(kafka, topic, {})
+    return _TopicRead(tail.records, {}, tail.ends, whole=True)
+
+
+def _latest(
+    kafka: KafkaConfig, topic: str, checked: CheckedTopics, full: bool, report: "TableReport"
+) -> dict[str, tuple[int, Row | None]]:
+    """The topic's latest change per key (position, row after it or None once deleted),
+    from the checkpoint and what came after; counts in ``report`` what was read and what did
+    not decode."""
     if topic not in TopicAdmin(kafka).topic_names():
-        return latest, bad
-    for record in read_topic(kafka, topic):
+        checked.drop("table", topic)
+        return {}
+    read = _read_since(kafka, checked, "table", topic, full)
+    latest: dict[str, tuple[int, Row | None]] = {
+        k: (int(v[0]), v[1]) for k, v in read.summary.get("latest", {}).items()
+    }
+    bad = int(read.summary.get("undecodable", 0))
+    for record in read.records:
         try:
             change = ChangeEvent.from_kafka(topic, record.key, record.value, record.headers)
         except ChangeDecodeError:
@@ -134,28 +185,43 @@ def _latest(kafka: KafkaConfig, topic: str) -> tuple[dict[str, ChangeEvent], int
             continue  # a tombstone without position only confirms a delete
         key = json.dumps(change.key, sort_keys=True, separators=(",", ":"))
         known = latest.get(key)
-        if known is None or change.position >= known.position:
-            latest[key] = change
-    return latest, bad
+        if known is None or change.position >= known[0]:
+            latest[key] = (change.position, None if change.is_delete else change.after)
+    checked.save(
+        "table",
+        topic,
+        Checkpoint(
+            read.ends, {"latest": {k: list(v) for k, v in latest.items()}, "undecodable": bad}
+        ),
+    )
+    report.undecodable, report.read, report.whole = bad, len(read.records), read.whole
+    return latest
 
 
-def compare_table(db: PostgresConfig, kafka: KafkaConfig, table: str, topic: str) -> TableReport:
-    """The table's rows against the topic's latest change per key."""
+def compare_table(
+    db: PostgresConfig,
+    kafka: KafkaConfig,
+    table: str,
+    topic: str,
+    checked: CheckedTopics | None = None,
+    full: bool = False,
+) -> TableReport:
+    """The table's rows against the topic's latest change per key (read since ``checked``'s
+    checkpoint, or whole)."""
     schema, name = table.split(".", 1)
     columns = table_columns(db.dsn, schema, name)
     keys = [c.name for c in columns if c.primary_key]
     report = TableReport(table, topic)
     if not columns or not keys:
         return report
-    latest, report.undecodable = _latest(kafka, topic)
+    latest = _latest(kafka, topic, checked or CheckedTopics(None), full, report)
     typed = [TypedColumn(c.name, c.sql_type, debezium_encoding(c)) for c in columns]
     by_name = {c.name: c for c in typed}
     ident = sql.Identifier(schema, name)
     with psycopg.connect(db.dsn) as conn:
         conn.execute("CREATE TEMP TABLE topic_state (k jsonb, r jsonb) ON COMMIT DROP")
         with conn.cursor() as cur, cur.copy("COPY topic_state (k, r) FROM STDIN") as copy:
-            for key, change in latest.items():
-                live = change.after if not change.is_delete else None
+            for key, (_, live) in latest.items():
                 copy.write_row((key, None if live is None else json.dumps(live)))
         key_of_state = sql.SQL(" AND ").join(
             sql.SQL("t.{} = {}").format(sql.Identifier(k), by_name[k].value_sql(sql.SQL("s.k")))
@@ -310,9 +376,16 @@ def publish_deletes(db: PostgresConfig, kafka: KafkaConfig, topic: str, keys: It
 
 
 def compare_events(
-    db: PostgresConfig, kafka: KafkaConfig, schema: str, prefix: str = "events."
+    db: PostgresConfig,
+    kafka: KafkaConfig,
+    schema: str,
+    prefix: str = "events.",
+    checked: CheckedTopics | None = None,
+    full: bool = False,
 ) -> EventsReport:
-    """Every event of the store against its ``events.<type>`` topic, by event id."""
+    """Every event of the store against its ``events.<type>`` topic, by event id (the topics
+    read since ``checked``'s checkpoints, or whole)."""
+    checked = checked or CheckedTopics(None)
     report = EventsReport()
     with psycopg.connect(db.dsn) as conn:
         rows = conn.execute(
@@ -326,11 +399,20 @@ def compare_events(
     topics = {event_topic(kind, prefix) for kind, _, _ in stored.values()}
     existing = set(TopicAdmin(kafka).topic_names())
     topics |= {t for t in existing if t.startswith(prefix)}
+    for topic in sorted(topics - existing):
+        checked.drop("events", topic)
     for topic in sorted(topics & existing):
-        for record in read_topic(kafka, topic):
+        read = _read_since(kafka, checked, "events", topic, full)
+        counts: dict[str, int] = {k: int(v) for k, v in read.summary.get("seen", {}).items()}
+        for record in read.records:
             event_id = (record.headers.get("event_id") or b"").decode()
             if event_id:
-                seen[event_id] = seen.get(event_id, 0) + 1
+                counts[event_id] = counts.get(event_id, 0) + 1
+        checked.save("events", topic, Checkpoint(read.ends, {"seen": counts}))
+        report.read += len(read.records)
+        report.whole = report.whole and read.whole
+        for event_id, n in counts.items():
+            seen[event_id] = seen.get(event_id, 0) + n
     report.missing = sorted(v for k, v in stored.items() if k not in seen)
     report.duplicated = sum(n - 1 for n in seen.values() if n > 1)
     report.unknown = sorted(k for k in seen if k not in stored)

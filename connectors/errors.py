@@ -15,6 +15,11 @@ class KafkaError(ConnectorError):
         self.code = code
 
 
+class TopicRewoundError(KafkaError):
+    """A partition ends below offsets read before: the topic was created again or its log
+    truncated, so what was read of it before no longer holds."""
+
+
 class TopicConfigMismatchError(KafkaError):
     """An existing topic differs from the spec Tributary needs."""
 

@@ -2,19 +2,30 @@
 
 import json
 import sys
+from typing import Annotated
 
+import typer
 from rich.table import Table
 
 from infra.cli_app import JsonFlag, app, console, settings
 from infra.verify import repair, verify, write_last
 
+FullFlag = Annotated[
+    bool,
+    typer.Option(
+        "--full",
+        help="Read every topic from its start (by default only what it gained since the last"
+        " verify).",
+    ),
+]
+
 
 @app.command("verify")
-def verify_command(as_json: JsonFlag = False) -> None:
+def verify_command(as_json: JsonFlag = False, full: FullFlag = False) -> None:
     """Compare the source of truth (tables, event store) with the topics and every view;
     exit 0 when nothing is missing, stale or wrong, 1 otherwise."""
     s = settings()
-    report = verify(s)
+    report = verify(s, full=full)
     result = report.as_dict()
     write_last(s, result)
     if as_json:
@@ -24,13 +35,15 @@ def verify_command(as_json: JsonFlag = False) -> None:
         for t in report.tables:
             found = f"{len(t.missing)} missing, {len(t.stale)} stale, {len(t.extra)} extra"
             table.add_row(
-                f"{t.table} -> {t.topic}", f"{t.rows} rows", "ok" if t.ok else f"[red]{found}[/]"
+                f"{t.table} -> {t.topic}",
+                f"{t.rows} rows; {_read(t.read, t.whole)}",
+                "ok" if t.ok else f"[red]{found}[/]",
             )
         if report.events is not None:
             e = report.events
             table.add_row(
                 "event store -> events.*",
-                f"{e.events} events",
+                f"{e.events} events; {_read(e.read, e.whole)}",
                 ("ok" if e.ok else f"[red]{len(e.missing)} missing, {len(e.unknown)} unknown[/]")
                 + (f" ({e.duplicated} re-delivered, harmless)" if e.duplicated else ""),
             )
@@ -50,6 +63,10 @@ def verify_command(as_json: JsonFlag = False) -> None:
                 " their topics (lag) catch up as their jobs run."
             )
     raise SystemExit(0 if report.ok else 1)
+
+
+def _read(records: int, whole: bool) -> str:
+    return f"{records} records read" + (" (whole topic)" if whole else " (since last verify)")
 
 
 @app.command("repair")

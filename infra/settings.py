@@ -368,6 +368,11 @@ class Settings(BaseSettings):
     def cdc_state_dir(self) -> Path:
         return self.home / "cdc"
 
+    @property
+    def verify_state_dir(self) -> Path:
+        """What `verify` read of each topic (its checkpoints)."""
+        return self.home / "verify"
+
     def debezium(self) -> DebeziumPostgresConfig:
         return DebeziumPostgresConfig(
             name=self.cdc_connector_name,

@@ -12,6 +12,9 @@ repair: re-publishes missing events from the event store, asks CDC for an increm
 snapshot of missing or stale rows and publishes deletes of extra keys; the views converge as
 their jobs run (positions make re-sent records harmless). Run it after a broker crash.
 `tributary run` runs verify periodically and `tributary status` shows the last result.
+
+Each run reads only what the topics gained since the last one: checkpoints in
+``<home>/verify`` (:mod:`cdc.checked`) keep what was read; ``full`` reads every topic whole.
 """
 
 import json
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdc.checked import CheckedTopics
 from cdc.completeness import (
     EventsReport,
     TableReport,
@@ -74,19 +78,23 @@ def captured_tables(s: Settings) -> list[str]:
     return [t for t in s.cdc_tables if t != s.cdc_outbox_table]
 
 
-def verify(s: Settings, *, views: bool = True) -> VerifyReport:
-    """Compare the source of truth with the topics (and, with ``views``, with each view)."""
+def verify(s: Settings, *, views: bool = True, full: bool = False) -> VerifyReport:
+    """Compare the source of truth with the topics (and, with ``views``, with each view).
+    The topics are read since the last verify's checkpoints; with ``full``, whole."""
     report = VerifyReport()
     db, kafka = s.postgres(), s.kafka("tributary-verify")
+    checked = CheckedTopics(s.verify_state_dir)
     for table in captured_tables(s):
         topic = f"{s.cdc_topic_prefix}.{table}"
         try:
-            report.tables.append(compare_table(db, kafka, table, topic))
+            report.tables.append(compare_table(db, kafka, table, topic, checked, full))
         except Exception as exc:  # one unreadable part must not hide the others
             report.errors.append(f"{table}: {type(exc).__name__}: {exc}")
     if s.cdc_outbox_table:
         try:
-            report.events = compare_events(db, kafka, s.event_store_schema, s.event_topic_prefix)
+            report.events = compare_events(
+                db, kafka, s.event_store_schema, s.event_topic_prefix, checked, full
+            )
         except Exception as exc:
             report.errors.append(f"event store: {type(exc).__name__}: {exc}")
     if views:

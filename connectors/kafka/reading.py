@@ -4,15 +4,19 @@ A partition's offsets are not one record each: compaction removes records, and t
 markers take an offset of their own. So a partition is read until the consumer's position
 reaches the true end (or the end-of-partition signal says there is nothing more below it),
 never by counting records.
+
+:func:`read_tail` reads only what a partition gained since offsets read before (what `verify`
+checked last time); it refuses a partition whose end went below them.
 """
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
-from connectors.errors import KafkaError
+from connectors.errors import KafkaError, TopicRewoundError
 from connectors.kafka.admin import TopicAdmin
 from connectors.kafka.config import ClientValue, KafkaConfig
 from connectors.kafka.fetching import FETCH_WAITS_MS, longer_wait, range_fetch, stall_s
@@ -31,9 +35,31 @@ class Record:
     headers: dict[str, bytes | None]
 
 
+@dataclass(frozen=True)
+class Tail:
+    """Records read from given offsets to the end: ``ends`` is, per partition, the offset the
+    read reached (the next read starts there)."""
+
+    records: list[Record]
+    ends: dict[int, int]
+
+
 def read_topic(kafka: KafkaConfig, topic: str, timeout: float = 60.0) -> list[Record]:
     """Every record of the topic now, partition by partition in offset order. ``timeout`` is
     how long a partition may go without bringing a record before the read fails."""
+    return read_tail(kafka, topic, {}, timeout).records
+
+
+def read_tail(
+    kafka: KafkaConfig, topic: str, since: Mapping[int, int], timeout: float = 60.0
+) -> Tail:
+    """The records of each partition from ``since[partition]`` (its log start when absent or
+    below it: records removed by retention or compaction were read before) to its true end now.
+
+    Raises :class:`TopicRewoundError` when a partition now ends below ``since`` (the topic was
+    deleted and created again, or its log was truncated): what was read before no longer
+    describes it.
+    """
     partitions = TopicAdmin(kafka).partition_count(topic) or 0
     probe = probe_consumer(kafka)
     try:
@@ -42,12 +68,32 @@ def read_topic(kafka: KafkaConfig, topic: str, timeout: float = 60.0) -> list[Re
         )
     finally:
         probe.close()
+    behind = {
+        p: (since[p], marks[(topic, p)][1])
+        for p in range(partitions)
+        if since.get(p, 0) > marks[(topic, p)][1]
+    }
+    gone = sorted(set(since) - set(range(partitions)))
+    if behind or gone:
+        raise TopicRewoundError(
+            f"{topic}: "
+            + "; ".join(
+                [
+                    f"partition {p} ends at {end}, below offset {was} read before"
+                    for p, (was, end) in behind.items()
+                ]
+                + [f"partition {p} is gone" for p in gone]
+            )
+        )
     out: list[Record] = []
+    ends: dict[int, int] = {}
     for p in range(partitions):
         low, high = marks[(topic, p)]
-        if high > low:
-            out.extend(_read_partition(kafka, topic, p, low, high, timeout))
-    return out
+        start = max(low, since.get(p, 0))
+        if high > start:
+            out.extend(_read_partition(kafka, topic, p, start, high, timeout))
+        ends[p] = max(high, low)
+    return Tail(out, ends)
 
 
 def _consumer(kafka: KafkaConfig, wait_ms: int, records: int) -> Consumer:

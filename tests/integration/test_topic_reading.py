@@ -6,11 +6,14 @@ compact, so markers are how this test makes gaps)."""
 import time
 import uuid
 
+import pytest
 from confluent_kafka import Producer
 
+from connectors.errors import TopicRewoundError
 from connectors.kafka import TopicAdmin, state_topic
-from connectors.kafka.reading import read_topic
+from connectors.kafka.reading import read_tail, read_topic
 from tests.integration.conftest import Endpoints
+from tests.integration.kafka_reading import wait_until
 
 
 def test_a_partition_with_transaction_markers_is_read_whole(stack: Endpoints, unique: str) -> None:
@@ -52,3 +55,36 @@ def test_a_partition_of_many_small_batches_is_read_whole(stack: Endpoints, uniqu
     records = read_topic(stack.kafka, topic, timeout=30)
     assert [r.offset for r in records] == list(range(300))
     assert [r.key for r in records] == [f"k{i}".encode() for i in range(300)]
+
+
+def test_a_tail_read_starts_where_the_last_read_ended(stack: Endpoints, unique: str) -> None:
+    """What `verify` relies on to read only what a topic gained: per partition, the offsets a
+    read reached; a topic created again below them is refused, never read as if unchanged."""
+    topic = f"tail-{unique}"
+    admin = TopicAdmin(stack.kafka)
+    admin.ensure(state_topic(topic, 2))
+    producer = Producer(stack.kafka.client_properties(**{"partitioner": "murmur2_random"}))
+
+    def produce(values: range) -> None:
+        for i in values:
+            producer.produce(topic, key=f"k{i}".encode(), value=str(i).encode())
+        assert producer.flush(30) == 0
+
+    produce(range(8))
+    first = read_tail(stack.kafka, topic, {}, timeout=30)
+    assert sorted(int(r.value or b"") for r in first.records) == list(range(8))
+    assert first.ends == admin.end_offsets(topic) and sum(first.ends.values()) == 8
+
+    produce(range(8, 13))
+    second = read_tail(stack.kafka, topic, first.ends, timeout=30)
+    assert sorted(int(r.value or b"") for r in second.records) == list(range(8, 13))
+    assert sum(second.ends.values()) == 13
+    assert read_tail(stack.kafka, topic, second.ends, timeout=30).records == []
+
+    admin.delete(topic)
+    wait_until(lambda: topic not in admin.topic_names(), 30, "the topic deletion")
+    admin.ensure(state_topic(topic, 2))
+    produce(range(2))
+    with pytest.raises(TopicRewoundError, match="below offset"):
+        read_tail(stack.kafka, topic, second.ends, timeout=30)
+    assert len(read_tail(stack.kafka, topic, {}, timeout=30).records) == 2

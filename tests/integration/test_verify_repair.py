@@ -7,6 +7,7 @@ incremental snapshot re-reads exactly the keys that were missing or stale.
 """
 
 import json
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
@@ -21,7 +22,7 @@ from infra.settings import load_settings
 from infra.verify import repair, verify
 from tests.integration.cdc_process import CdcProcess
 from tests.integration.conftest import Endpoints
-from tests.integration.kafka_reading import wait_until
+from tests.integration.kafka_reading import read_topic, wait_until
 
 
 def change(table: str, row: dict[str, Any], lsn: int, op: str = "c") -> bytes:
@@ -36,11 +37,12 @@ def change(table: str, row: dict[str, Any], lsn: int, op: str = "c") -> bytes:
 
 
 def test_verify_names_what_is_missing_and_repair_restores_it(
-    stack: Endpoints, unique: str, connector_factory: Any
+    stack: Endpoints, unique: str, connector_factory: Any, tmp_path: Path
 ) -> None:
     table, schema = f"public.vr_{unique}", f"es_{unique}"
     prefix, events = f"cdc_{unique}", f"ev_{unique}."
     s = load_settings(
+        home=tmp_path,
         postgres_url=stack.database_url,
         kafka_bootstrap_servers=stack.bootstrap_servers,
         redis_url=stack.redis_url,
@@ -138,6 +140,41 @@ def test_verify_names_what_is_missing_and_repair_restores_it(
         )
         again = verify(s, views=False)
         assert again.events is not None and again.events.missing == []
+
+        # Each verify read only what the topics gained since the one before; --full reads all.
+        assert (again.events.read, again.events.whole) == (0, False)
+        assert (again.tables[0].read, again.tables[0].whole) == (0, False)
+        store.append(
+            "post-7", [NewEvent("PostCreated", {"post_id": 7, "text": "x"})], 0, stream_type="post"
+        )
+        with engine.begin() as conn:
+            conn.execute(text(f"UPDATE {table} SET v = 'newer' WHERE id = 1"))
+        wait_until(
+            lambda: (
+                (r := verify(s, views=False)).ok and r.events is not None and r.events.events == 7
+            ),
+            120,
+            "the new event and row change to be checked",
+        )
+        full = verify(s, views=False, full=True)
+        assert full.ok and full.events is not None and full.events.whole
+        assert full.events.read == len(read_topic(s.kafka(), f"{events}post"))
+        assert (full.tables[0].read, full.tables[0].whole) == (
+            len(read_topic(s.kafka(), topic)),
+            True,
+        )
+
+        # A topic created again under its name is read whole: nothing read before is trusted.
+        cdc.stop()
+        admin = TopicAdmin(s.kafka())
+        admin.delete(f"{events}post")
+        wait_until(lambda: f"{events}post" not in admin.topic_names(), 30, "the topic deletion")
+        admin.ensure(history_topic(f"{events}post", 1))
+        producer.produce(out.topic, key=out.key, value=out.value, headers=out.headers)
+        assert producer.flush(30) == 0  # one event again (the last one routed above)
+        rewound = verify(s, views=False)
+        assert rewound.events is not None and rewound.events.whole
+        assert (rewound.events.events, len(rewound.events.missing)) == (7, 6)
     finally:
         with engine.begin() as conn:
             conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
