@@ -43,9 +43,11 @@ baseline's p50, and where the topic path's p50 goes: the send alone (produce, fl
 echo's round trip, and the echo again with a reply reader whose ``fetch.wait.max.ms`` is
 10 ms instead of librdkafka's default 500 ms, which the load's reader uses (Tansu holds a
 fetch for its whole wait even when records are there, ``connectors/kafka/fetching.py``).
-Measured (16 senders, 10 s load, 5 s baselines, a shared 2-core machine): the echo alone
-ran 13.6 round trips/s at p50 263 ms, p95 1,765 ms, so the topic path's 10.8/s was 0.80x its
-rate and its p50 1.19x: the broker round trip itself is slow, the processor adds little.
+Measured (16 senders, 10 s load, 8 s baselines, a shared 2-core machine): the echo alone
+ran 17.8 round trips/s at p50 255 ms, p95 1,320 ms (with a 10 ms reply reader: 31.8/s, p50
+102 ms); the topic path's 10.6/s was 0.59x the echo's rate and its p50 (307 ms) 1.20x the
+echo's: the broker round trip itself is slow, the processor adds about a sixth of the p50.
+The HTTP path's 280/s was 0.25x the no-store API's 1,127/s, its p50 (20.8 ms) 4.06x.
 
 The views are not run here (no Spark): their convergence under load is the chaos harness's
 job (``tests/chaos``).
