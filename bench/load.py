@@ -1,6 +1,7 @@
 """Load: concurrent senders through the ``commands`` topic and ``POST /commands`` (not a test).
 
     .venv/bin/python bench/load.py [--senders 16] [--seconds 120] [--hot-posts 8]
+        [--baseline-seconds 15]
 
 Issue 13, item 5. Starts its own local stack (PostgreSQL, SeaweedFS + Tansu, Redis) on free
 ports, then, as production runs them, the command processor (``CommandProcessor`` over the
@@ -20,6 +21,33 @@ HTTP API write the same streams: conflicts), new posts, follows and unfollows of
 - conflicts surfaced as retries (the bus's append attempts beyond the accepted appends, per
   child) or as rejections ("gave up after retries"), never as errors;
 - the processor never exited (no poison loop, no restart).
+
+Baselines, measured in the same run before the load (``bench/load_baseline.py``), each
+path's transport without command handling, driven by the same senders (the same split, the
+same client code and settings), both paths at once as in the load, ``--baseline-seconds``:
+
+- topic path: a plain echo on the same broker. The senders produce to a request topic with
+  ``CommandClient`` and wait on a ``command-results``-like reply topic with the load's own
+  reader (``tests.command_results.Results``); an echo child (confluent-kafka consumer and
+  producer with the processor's properties and batch loop, no event store, no bus) answers
+  each record. The ratio isolates the processor's own cost (the bus, PostgreSQL, the
+  position save).
+- HTTP path: the same HTTP API (``create_app`` under the same uvicorn config, in a child)
+  over a bus that routes the command and answers ``accepted`` without touching PostgreSQL.
+  Chosen over the store's direct append rate: it is the HTTP path minus exactly the command
+  handling, as the echo is the topic path minus it, so both ratios read the same way (the
+  store against pgbench is ``bench/append.py``'s and ``bench/commands.py``'s).
+
+Printed: each path's commands/s over its baseline's round trips/s and its p50 over the
+baseline's p50, and where the topic path's p50 goes: the send alone (produce, flushed), the
+echo's round trip, and the echo again with a reply reader whose ``fetch.wait.max.ms`` is
+10 ms instead of librdkafka's default 500 ms, which the load's reader uses (Tansu holds a
+fetch for its whole wait even when records are there, ``connectors/kafka/fetching.py``).
+Measured (16 senders, 10 s load, 8 s baselines, a shared 2-core machine): the echo alone
+ran 17.8 round trips/s at p50 255 ms, p95 1,320 ms (with a 10 ms reply reader: 31.8/s, p50
+102 ms); the topic path's 10.6/s was 0.59x the echo's rate and its p50 (307 ms) 1.20x the
+echo's: the broker round trip itself is slow, the processor adds about a sixth of the p50.
+The HTTP path's 280/s was 0.25x the no-store API's 1,127/s, its p50 (20.8 ms) 4.06x.
 
 The views are not run here (no Spark): their convergence under load is the chaos harness's
 job (``tests/chaos``).
@@ -44,6 +72,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import text
 
+from bench.load_baseline import (
+    LIBRDKAFKA_DEFAULT_FETCH_WAIT_MS,
+    PROCESSOR_CONSUMER,
+    Figures,
+    Replies,
+    echo_settings,
+    run_echo,
+    run_no_store_api,
+)
 from connectors.postgres import make_engine
 from event_store.command_topic import CommandClient, ensure_topics
 from examples.social import upsert_user, users_table
@@ -102,6 +139,7 @@ class Sent:
     type: str
     latency: float
     answer: dict[str, Any]  # the result's JSON, or {"status": "http <code>", ...}
+    produce: float = 0.0  # topic: the send (produce, flushed: acknowledged) alone
 
 
 @dataclass
@@ -139,8 +177,9 @@ def topic_sender(
         key = f"post-{data['post_id']}" if "post_id" in data else f"follows-{data['follower_id']}"
         started = time.monotonic()
         client.send(kind, data, command_id=command_id, key=key)
+        produced = time.monotonic() - started
         answer = results.wait(command_id, 120) or {"status": "no result within 120 s"}
-        tally.add(Sent("topic", command_id, kind, time.monotonic() - started, answer))
+        tally.add(Sent("topic", command_id, kind, time.monotonic() - started, answer, produced))
 
 
 def http_sender(n: int, base: str, tally: Tally, until: float, hot: int, ids: Any) -> None:
@@ -199,11 +238,104 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
 
 
+def figures(tally: Tally, path: str, elapsed: float) -> Figures:
+    mine = [s for s in tally.sent if s.path == path]
+    lat = [s.latency * 1000 for s in mine]
+    produce = [s.produce * 1000 for s in mine]
+    return Figures(len(lat), elapsed, pct(lat, 0.5), pct(lat, 0.95), pct(produce, 0.5))
+
+
+def drive(
+    senders: int,
+    seconds: float,
+    topic: tuple[Settings, Results],
+    base: str,
+    hot: int,
+    new_post: Any,
+) -> tuple[Tally, float]:
+    """The load's senders, closed loop, for ``seconds``: even ones through ``topic``
+    (settings whose topics they produce to, the reader they wait on), odd ones POSTing to
+    ``base``. Returns what they sent and the time it took."""
+    tally = Tally()
+    started = time.monotonic()
+    until = started + seconds
+    threads = []
+    for n in range(senders):
+        if n % 2 == 0:
+            target: Any = topic_sender
+            targs: tuple[Any, ...] = (n, topic[0], topic[1], tally, until, hot, new_post)
+        else:
+            target = http_sender
+            targs = (n, base, tally, until, hot, new_post)
+        threads.append(threading.Thread(target=target, args=targs, daemon=True))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return tally, time.monotonic() - started
+
+
+def baselines(settings: Settings, args: Any, ctx: Any) -> dict[str, Figures]:
+    """The transport of each path without command handling, with the load's senders (the
+    same split, the same client code): the broker echo and the no-store HTTP API, at once
+    as the load runs its two paths. Twice: with the load's reply reader, then with a reader
+    whose fetch wait is 10 ms (a diagnostic of the reader)."""
+    echo = echo_settings(settings)
+    ensure_topics(echo.kafka("load-admin"), topics_of(echo))
+    out = ctx.Queue()
+    port = free_port()
+    echoer = ctx.Process(target=run_echo, args=(echo, out), name="echo")
+    api = ctx.Process(target=run_no_store_api, args=(settings, port), name="no-store-api")
+    echoer.start()
+    api.start()
+    base = f"http://127.0.0.1:{port}"
+    counter = iter(range(10_000, 10**9))
+    lock = threading.Lock()
+
+    def new_post() -> int:
+        with lock:
+            return next(counter)
+
+    found: dict[str, Figures] = {}
+    try:
+        wait_http(base, api)
+        for label, wait_ms in (("", None), (" 10ms", 10)):
+            reader = (
+                Results(echo, "load-echo-replies")
+                if wait_ms is None
+                else Replies(echo, "load-echo-replies-fast", wait_ms)
+            )
+            reader.start()
+            warm = CommandClient(echo.kafka("load-echo-warm"), topics_of(echo))
+            warmed = reader.wait(warm.send("Echo", {}), 120)  # the echo's first assignment
+            assert warmed is not None, "the echo did not answer within 120 s"
+            tally, elapsed = drive(
+                args.senders, args.baseline_seconds, (echo, reader), base, args.hot_posts, new_post
+            )
+            reader.halt.set()
+            reader.join(10)
+            unanswered = sum(1 for s in tally.sent if s.answer.get("status") != "accepted")
+            assert unanswered == 0, f"{unanswered} baseline round trips got no answer"
+            found[f"echo{label}"] = figures(tally, "topic", elapsed)
+            found[f"api{label}"] = figures(tally, "http", elapsed)
+    finally:
+        for child in (echoer, api):
+            if child.is_alive():
+                child.terminate()
+            child.join(30)
+            if child.is_alive():
+                child.kill()
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--senders", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--hot-posts", type=int, default=8)
+    parser.add_argument(
+        "--baseline-seconds", type=float, default=15, help="duration of each baseline phase"
+    )
     args = parser.parse_args()
     settings = isolated_settings("tributary-load-")
     stack = LocalStack(settings)
@@ -217,6 +349,16 @@ def main() -> None:
         engine = make_engine(settings.postgres())
         topics = topics_of(settings)
         ensure_topics(settings.kafka("load-admin"), topics)
+        t0 = time.monotonic()
+        base_figures = baselines(settings, args, ctx)
+        print(f"baselines measured in {time.monotonic() - t0:.1f} s:", flush=True)
+        for label, fig in base_figures.items():
+            print(
+                f"  {label:9} {fig.count:6} round trips {fig.rate:6.0f}/s  latency ms "
+                f"p50 {fig.p50:.1f} p95 {fig.p95:.1f}"
+                + (f"  (the send alone p50 {fig.produce_p50:.1f})" if fig.produce_p50 else ""),
+                flush=True,
+            )
         processor = ctx.Process(target=run_processor, args=(settings, out), name="processor")
         processor.start()
         children.append(processor)
@@ -286,6 +428,7 @@ def main() -> None:
         results.halt.set()
         results.join(10)
         report(settings, engine, tally, results, elapsed, alive_throughout, warm_id, setup_events)
+        report_ratios(tally, elapsed, base_figures)
         for child in children:
             if child.is_alive():
                 child.terminate()  # SIGTERM: both stop gracefully and report
@@ -389,6 +532,45 @@ def report(
         f"stored events no accepted result names {len(unexplained)}"
     )
     print(f"processor and HTTP API alive throughout: {alive}; distinct ids sent {len(sent_ids)}")
+
+
+def report_ratios(tally: Tally, elapsed: float, base: dict[str, Figures]) -> None:
+    """Each path against its baseline of this run; the broker round trip's own share."""
+    print(
+        "\nratios to the baselines of this run (the same senders and clients, no command "
+        "handling): rate / baseline rate (higher is better), p50 / baseline p50 (lower is better)"
+    )
+    for path, label, name in (
+        ("topic", "echo", "broker echo"),
+        ("http", "api", "no-store HTTP API"),
+    ):
+        mine, theirs = figures(tally, path, elapsed), base[label]
+        print(
+            f"  {path:5} {mine.rate:6.1f}/s / {name} {theirs.rate:6.1f}/s = "
+            f"{mine.rate / theirs.rate:.2f}   p50 {mine.p50:.1f} ms / {theirs.p50:.1f} ms = "
+            f"{mine.p50 / theirs.p50:.2f}   (p95 {mine.p95:.1f} / {theirs.p95:.1f} ms)"
+        )
+    echo, fast = base["echo"], base["echo 10ms"]
+    topic = figures(tally, "topic", elapsed)
+    print(
+        f"  topic path p50 {topic.p50:.1f} ms: the send alone (produced, acknowledged) "
+        f"p50 {topic.produce_p50:.1f} ms (echo {echo.produce_p50:.1f}); the bare broker round "
+        f"trip (echo) p50 {echo.p50:.1f} ms = {echo.p50 / topic.p50:.2f} of it, the rest is "
+        "the processor's own"
+    )
+    print(
+        f"  the reply reader's fetch wait (fetch.wait.max.ms {LIBRDKAFKA_DEFAULT_FETCH_WAIT_MS}, "
+        "librdkafka's default, which Tansu holds in full): with a reader at 10 ms the echo's "
+        f"p50 is {fast.p50:.1f} ms (p95 {fast.p95:.1f}), {fast.rate:.1f}/s = "
+        f"{fast.rate / echo.rate:.2f}x the echo's rate"
+    )
+    if echo.p50 > topic.p50 / 2:
+        print(
+            "  the broker round trip itself is slow: the echo, with no command handling, takes "
+            f"{echo.p50 / topic.p50:.0%} of the topic path's p50 (each round trip waits on "
+            f"two fetches Tansu holds for their whole wait: the processor's consumer "
+            f"{PROCESSOR_CONSUMER['fetch.wait.max.ms']} ms, the reply reader's)"
+        )
 
 
 def _reason_kind(reason: str) -> str:
