@@ -74,16 +74,14 @@ from sqlalchemy import text
 
 from bench.load_baseline import (
     LIBRDKAFKA_DEFAULT_FETCH_WAIT_MS,
-    PROCESSOR_CONSUMER,
     Figures,
-    Replies,
     echo_settings,
     run_echo,
     run_no_store_api,
 )
 from connectors.kafka.reading import read_topic
 from connectors.postgres import make_engine
-from event_store.command_topic import CommandClient, ensure_topics
+from event_store.command_topic import PROCESSOR_CONSUMER, CommandClient, ensure_topics
 from examples.social import upsert_user, users_table
 from infra.settings import Settings
 from infra.stack import LocalStack
@@ -301,11 +299,7 @@ def baselines(settings: Settings, args: Any, ctx: Any) -> dict[str, Figures]:
     try:
         wait_http(base, api)
         for label, wait_ms in (("", None), (" 10ms", 10)):
-            reader = (
-                Results(echo, "load-echo-replies")
-                if wait_ms is None
-                else Replies(echo, "load-echo-replies-fast", wait_ms)
-            )
+            reader = Results(echo, f"load-echo-replies{label.strip()}", wait_ms)
             reader.start()
             warm = CommandClient(echo.kafka("load-echo-warm"), topics_of(echo))
             warmed = reader.wait(warm.send("Echo", {}), 120)  # the echo's first assignment

@@ -10,8 +10,9 @@
 - ``run_no_store_api``: the HTTP API as the load runs it (``create_app`` under the same
   uvicorn config), over a bus that decodes and routes the command and answers
   ``accepted`` without touching PostgreSQL.
-- ``Replies``: ``tests.command_results.Results`` with its consumer's ``fetch.wait.max.ms``
-  set (that reader leaves librdkafka's default, 500 ms): a diagnostic of the reply reader.
+
+The diagnostic of the reply reader is ``tests.command_results.Results`` with its
+``fetch_wait_ms`` set (by default it leaves librdkafka's 500 ms).
 """
 
 import json
@@ -24,19 +25,11 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from connectors.kafka.config import ClientValue
 from event_store.command import Accepted
+from event_store.command_topic import PROCESSOR_BATCH, PROCESSOR_CONSUMER, PROCESSOR_PRODUCER
 from infra.settings import Settings
-from tests.command_results import Results, topics_of
+from tests.command_results import topics_of
 
-# As CommandProcessor.__init__ sets them (event_store/command_topic.py).
-PROCESSOR_CONSUMER: dict[str, ClientValue] = {
-    "enable.auto.commit": False,
-    "enable.auto.offset.store": False,
-    "fetch.wait.max.ms": 50,
-}
-PROCESSOR_PRODUCER: dict[str, ClientValue] = {"enable.idempotence": True, "linger.ms": 5}
-PROCESSOR_BATCH = 500
 LIBRDKAFKA_DEFAULT_FETCH_WAIT_MS = 500
 
 
@@ -115,25 +108,6 @@ def run_no_store_api(settings: Settings, port: int) -> None:
     bus: Any = NoStoreBus(registry, make_engine(settings.postgres()))
     app = create_app(settings, views=[], bus=bus)
     uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")).run()
-
-
-class Replies(Results):
-    """``Results`` whose consumer waits at most ``fetch_wait_ms`` per fetch."""
-
-    def __init__(self, s: Settings, client: str, fetch_wait_ms: int) -> None:
-        super().__init__(s, client)
-        self._consumer.close()
-        topics = topics_of(s)
-        props: dict[str, ClientValue] = {
-            "group.id": f"{client}-{uuid.uuid4()}",
-            "enable.auto.commit": "false",
-            "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": fetch_wait_ms,
-        }
-        self._consumer = Consumer(s.kafka(client).client_properties(**props))
-        self._consumer.assign(
-            [TopicPartition(topics.results, p, 0) for p in range(topics.partitions)]
-        )
 
 
 @dataclass(frozen=True)

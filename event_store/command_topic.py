@@ -160,6 +160,17 @@ def handle_message(bus: CommandBus, value: bytes | None) -> CommandResult:
         return Rejected(envelope.command_id, reason)
 
 
+# The command processor's clients: positions are stored with the results in PostgreSQL, never
+# committed to Kafka; a short fetch wait (Tansu holds a fetch for its whole wait).
+PROCESSOR_CONSUMER: dict[str, ClientValue] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "fetch.wait.max.ms": 50,
+}
+PROCESSOR_PRODUCER: dict[str, ClientValue] = {"enable.idempotence": True, "linger.ms": 5}
+PROCESSOR_BATCH = 500  # most commands handled per batch
+
+
 class CommandProcessor:
     """Consumes ``commands``, handles each through the bus, produces to ``command-results``."""
 
@@ -170,7 +181,7 @@ class CommandProcessor:
         topics: CommandTopics | None = None,
         consumer_name: str = "command-processor",
         partitions: Sequence[int] | None = None,
-        batch_size: int = 500,
+        batch_size: int = PROCESSOR_BATCH,
     ) -> None:
         self.bus = bus
         self.kafka = kafka
@@ -179,16 +190,10 @@ class CommandProcessor:
         self.batch_size = batch_size
         self.handled = 0
         self._stop = threading.Event()
-        consumer_props: dict[str, ClientValue] = {
-            "group.id": consumer_name,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "fetch.wait.max.ms": 50,
-        }
-        self._consumer = Consumer(kafka.client_properties(**consumer_props))
-        self._producer = Producer(
-            kafka.client_properties(**{"enable.idempotence": True, "linger.ms": 5})
+        self._consumer = Consumer(
+            kafka.client_properties(**{"group.id": consumer_name, **PROCESSOR_CONSUMER})
         )
+        self._producer = Producer(kafka.client_properties(**PROCESSOR_PRODUCER))
         self._partitions = list(partitions) if partitions is not None else None
         self._assigned = False
 

@@ -21,21 +21,24 @@ class Results(threading.Thread):
     """Every record of ``command-results`` by command id, read from offset 0 (again from the
     start if the broker lost records and the position falls beyond the end)."""
 
-    def __init__(self, s: Settings, client: str = "chaos-results") -> None:
+    def __init__(
+        self, s: Settings, client: str = "chaos-results", fetch_wait_ms: int | None = None
+    ) -> None:
+        """``fetch_wait_ms``: the consumer's ``fetch.wait.max.ms`` (librdkafka's default,
+        500 ms, when None)."""
         super().__init__(name="results", daemon=True)
         self.by_id: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.cond = threading.Condition()
         self.halt = threading.Event()
         topics = topics_of(s)
-        self._consumer = Consumer(
-            s.kafka(client).client_properties(
-                **{
-                    "group.id": f"{client}-{uuid.uuid4()}",
-                    "enable.auto.commit": "false",
-                    "auto.offset.reset": "earliest",
-                }
-            )
-        )
+        props: dict[str, str | int] = {
+            "group.id": f"{client}-{uuid.uuid4()}",
+            "enable.auto.commit": "false",
+            "auto.offset.reset": "earliest",
+        }
+        if fetch_wait_ms is not None:
+            props["fetch.wait.max.ms"] = fetch_wait_ms
+        self._consumer = Consumer(s.kafka(client).client_properties(**props))
         self._consumer.assign(
             [TopicPartition(topics.results, p, 0) for p in range(topics.partitions)]
         )

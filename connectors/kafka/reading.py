@@ -92,7 +92,7 @@ def read_tail(
         start = max(low, since.get(p, 0))
         if high > start:
             out.extend(_read_partition(kafka, topic, p, start, high, timeout))
-        ends[p] = max(high, low)
+        ends[p] = high
     return Tail(out, ends)
 
 
