@@ -23,6 +23,31 @@ from connectors.errors import ConnectorError
 
 SCHEMA = "tributary"
 KEY = "('x' || substr(md5(%s), 1, 15))::bit(60)::bigint"  # positive: pg_locks shows it whole
+_SCHEMA_LOCK = 0x7472_6C65  # advisory lock around the one-time creation of the leases table
+
+
+def ensure_schema(conn: psycopg.Connection[Any], schema: str = SCHEMA) -> None:
+    """Create the leases table once, however many parts start at the same moment (two
+    ``CREATE TABLE IF NOT EXISTS`` racing each other fail on the catalog's unique index).
+    ``tributary run`` calls it before it starts the parts; every lease calls it too."""
+    row = conn.execute("SELECT to_regclass(%s)", (f"{schema}.leases",)).fetchone()
+    if row is not None and row[0] is not None:
+        return
+    conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK,))
+    try:
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {schema}.leases (name text PRIMARY KEY, pid integer,"
+            " host text, command text, since timestamptz NOT NULL DEFAULT now())"
+        )
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK,))
+
+
+def prepare(dsn: str) -> None:
+    """Create the leases' table (once, before the parts that take leases start)."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        ensure_schema(conn)
 
 
 class LeaseHeldError(ConnectorError):
@@ -40,6 +65,7 @@ class Lease:
         self.dsn = dsn
         self.name = name
         self._conn: psycopg.Connection[Any] | None = None
+        self._waiting: psycopg.Connection[Any] | None = None  # a standby's, between tries
         self._keeper: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -48,16 +74,20 @@ class Lease:
         return self._conn is not None and not self._conn.closed
 
     def _take(self) -> bool:
-        conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
-        row = conn.execute(f"SELECT pg_try_advisory_lock({KEY})", (self.name,)).fetchone()
-        if not (row and row[0]):
+        # A standby asks again and again: it keeps its connection between tries.
+        conn = self._waiting
+        if conn is None or conn.closed:
+            conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        self._waiting = None
+        try:
+            row = conn.execute(f"SELECT pg_try_advisory_lock({KEY})", (self.name,)).fetchone()
+        except psycopg.Error:
             conn.close()
+            raise
+        if not (row and row[0]):
+            self._waiting = conn
             return False
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
-        conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {SCHEMA}.leases (name text PRIMARY KEY, pid integer,"
-            " host text, command text, since timestamptz NOT NULL DEFAULT now())"
-        )
+        ensure_schema(conn)
         conn.execute(
             f"INSERT INTO {SCHEMA}.leases (name, pid, host, command) VALUES (%s, %s, %s, %s)"
             " ON CONFLICT (name) DO UPDATE SET pid = EXCLUDED.pid, host = EXCLUDED.host,"
@@ -84,16 +114,23 @@ class Lease:
     def acquire(self, on_lost: Callable[[str], None] | None = None) -> "Lease":
         """Take the lease, and keep it: a keeper re-takes it after a database restart, and
         calls ``on_lost`` (with the reason) if another process took it meanwhile."""
-        if not self._take():
+        if not self.try_acquire(on_lost):
             raise LeaseHeldError(
                 f"{self.name} is already running: {self.holder()}. Stop that one first"
                 " (or wait: the lease is freed the moment its process ends)"
             )
+        return self
+
+    def try_acquire(self, on_lost: Callable[[str], None] | None = None) -> bool:
+        """:meth:`acquire` without the error: False while another process holds the lease (a
+        standby calls it in a loop; it keeps one connection for its tries)."""
+        if not self._take():
+            return False
         self._keeper = threading.Thread(
             target=self._keep, args=(on_lost,), name=f"lease-{self.name}", daemon=True
         )
         self._keeper.start()
-        return self
+        return True
 
     def _keep(self, on_lost: Callable[[str], None] | None) -> None:
         while not self._stop.wait(5.0):
@@ -117,6 +154,9 @@ class Lease:
 
     def release(self) -> None:
         self._stop.set()
+        if self._waiting is not None:
+            self._waiting.close()
+            self._waiting = None
         if self._conn is not None:
             with contextlib.suppress(psycopg.Error):
                 self._conn.execute(f"SELECT pg_advisory_unlock({KEY})", (self.name,))

@@ -16,6 +16,7 @@ from tributary.errors import TributaryError
 from tributary.redact import redact
 
 COMPONENTS = ("cdc", "commands", "views", "api")
+STANDBY = "views-standby"
 
 
 def lease_name(component: str, s: Settings) -> str | None:
@@ -94,12 +95,21 @@ def run(
     if len(chosen) == 1:
         run_component(chosen[0], s)
         return
+    from connectors.leases import prepare
+
+    try:  # the parts take leases: create their table once, before they start together
+        prepare(s.postgres().dsn)
+    except Exception as exc:  # psycopg.Error: each part reports it again as it starts
+        err_console.print(f"[yellow]warning:[/] leases not prepared: {escape(redact(str(exc)))}")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    parts = list(chosen)
+    if "views" in chosen and s.views_standby:
+        parts.append(STANDBY)  # a warm second views process takes over at once
     supervisor = Supervisor(
-        chosen,
-        lambda name: [sys.executable, "-m", "infra.cli", "run", name],
+        parts,
+        lambda name: [sys.executable, "-m", "infra.cli", "run", name.removesuffix("-standby")],
         (s.home / "logs").resolve(),
         announce=lambda line: console.print(f"run: {line}"),
     )

@@ -428,6 +428,11 @@ class Settings(BaseSettings):
         500_000, description="Most offsets one micro-batch of a replay reads."
     )
     view_trigger_interval_s: float = Field(1.0, description="Micro-batch interval of views.")
+    views_standby: bool = Field(
+        True,
+        description="`tributary run` starts a second views process that waits, its Spark session"
+        " warm, and takes over each view the moment the first one dies (its lease is freed).",
+    )
     views: str = Field(
         "examples.social.views:social_views",
         description="View factories (module:function, comma-separated) whose views run beside"

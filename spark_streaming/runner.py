@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors.kafka import KafkaConfig
+from connectors.leases import LeaseHeldError
 from projections.view import View
 from spark_streaming.errors import CheckpointLostError
 from spark_streaming.replay import replay
@@ -23,6 +24,7 @@ class _Running:
     failures: int = 0
     restart_at: float = 0.0
     started_at: float = 0.0
+    standby: bool = False  # another process holds the view's lease: take over when it dies
 
 
 class ViewRunner:
@@ -40,6 +42,7 @@ class ViewRunner:
         max_backoff_s: float = 60.0,
         replay_options: JobOptions | None = None,
         lease_for: Callable[[str], Any] | None = None,
+        standby_poll_s: float = 0.25,
     ) -> None:
         self.spark = spark
         self.kafka = kafka
@@ -51,15 +54,42 @@ class ViewRunner:
         # The lease a view holds while its query runs (e.g. connectors.leases.Lease): a view
         # never runs twice, whatever starts a second copy.
         self.lease_for = lease_for
+        self.standby_poll_s = standby_poll_s
         self._leases: dict[str, Any] = {}
+        self._waiting: dict[str, Any] = {}  # leases another process holds, tried again
         self.views = [_Running(spec) for spec in specs]
+
+    def _lease(self, view: _Running) -> bool:
+        """Hold the view's lease; False while another process holds it (this one stands by:
+        the database frees the lease the moment the holder dies, and the next poll takes it)."""
+        name = view.spec.name
+        if self.lease_for is None or name in self._leases:
+            return True
+        if view.standby:
+            if not self._waiting[name].try_acquire():
+                view.restart_at = time.monotonic() + self.standby_poll_s
+                return False
+            self._leases[name] = self._waiting.pop(name)
+        else:
+            lease = self.lease_for(f"view:{name}")
+            try:
+                self._leases[name] = lease.acquire()
+            except LeaseHeldError as held:
+                self.log(f"view {name}: standing by ({held})")
+                self._waiting[name] = lease
+                view.standby = True
+                view.restart_at = time.monotonic() + self.standby_poll_s
+                return False
+        if view.standby:
+            self.log(f"view {name}: the lease is free, taking over")
+            view.standby = False
+        return True
 
     def _start(self, view: _Running) -> None:
         view.started_at = 0.0
         try:
-            name = view.spec.name
-            if self.lease_for is not None and name not in self._leases:
-                self._leases[name] = self.lease_for(f"view:{name}").acquire()
+            if not self._lease(view):
+                return
             view.job = ViewJob(self.spark, view.spec, self.kafka, self.options, log=self.log)
             try:
                 view.query = view.job.start()
@@ -89,7 +119,7 @@ class ViewRunner:
         view.restart_at = time.monotonic() + delay
         self.log(f"view {view.spec.name}: stopped ({error}); restarting in {delay:.0f}s")
 
-    def run(self, stop: threading.Event, poll_s: float = 1.0) -> None:
+    def run(self, stop: threading.Event, poll_s: float = 0.25) -> None:
         """Run until ``stop`` is set; then stop every query and release the sinks."""
         for view in self.views:
             self._start(view)
@@ -106,6 +136,6 @@ class ViewRunner:
                     view.query.stop()
                 if view.job is not None:
                     view.job.close()
-            for lease in self._leases.values():
+            for lease in [*self._leases.values(), *self._waiting.values()]:
                 lease.release()
             self.log("views stopped")

@@ -27,6 +27,7 @@ def test_the_demo_runs_end_to_end_in_a_fresh_home() -> None:
         output = done.stdout + done.stderr
         assert done.returncode == 0, output[-6000:] + _part_logs(settings.home / "logs")
         assert "summary" in output and "FAILED" not in output
+        assert "restart #" not in output, output[-6000:]  # every part started the first time
         for check in (
             "search index",
             "profile cache",
