@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from connectors.stores.base import ViewStore
 from connectors.stores.model import Delete, JsonObject, Put, SourceRef, Write
@@ -43,10 +44,18 @@ class PartitionFold:
 
     Correct when every key lives in one partition, as in keyed Kafka topics. ``options``
     (strings) reach the function as its second argument, e.g. a schema registry's URL.
+    ``schema``: the Spark DDL of the rows it yields (None: the folded rows of
+    :data:`projections.folding.FOLDED_SCHEMA`), e.g. a decoder's rows that a Spark
+    transformation folds further.
     """
 
     path: str
     options: tuple[tuple[str, str], ...] = ()
+    schema: str | None = None
+
+    @property
+    def ddl(self) -> str:
+        return FOLDED_DDL if self.schema is None else self.schema
 
     def function(self) -> FoldFunction:
         """The function with its options bound."""
@@ -61,13 +70,14 @@ class PartitionFold:
         return bound
 
     def __call__(self, records: Any) -> Any:
-        return records.mapInArrow(self.function(), FOLDED_DDL)
+        return records.mapInArrow(self.function(), self.ddl)
 
 
-def per_partition(path: str, **options: str) -> PartitionFold:
-    """A per-partition fold by ``module:function`` (with string options for it)."""
+def per_partition(path: str, *, schema: str | None = None, **options: str) -> PartitionFold:
+    """A per-partition fold by ``module:function`` (with string options for it; ``schema``:
+    the DDL of its rows when they are not folded rows)."""
     load_fold(path)  # fail early (here, on the driver) for a wrong name
-    return PartitionFold(path, tuple(sorted(options.items())))
+    return PartitionFold(path, tuple(sorted(options.items())), schema)
 
 
 Fold = PartitionFold | Transform
@@ -119,6 +129,9 @@ class View:
     into a shadow generation instead. ``output_mode``: Spark's output mode of the query
     (``update`` for aggregations that publish each changed window at once). ``metrics``:
     counters the view reports (``tributary status``, ``GET /metrics``), e.g. late events.
+    ``decode``: a per-partition stage run inside the Kafka source's read task (its rows, of
+    its own schema, are what ``fold`` receives instead of Kafka records), so records are
+    decoded next to the consumer and never cross into the JVM raw.
     """
 
     name: str
@@ -133,6 +146,7 @@ class View:
     output_mode: Literal["append", "update"] = "append"  # Spark's, for stateful folds
     metrics: Callable[[], dict[str, int]] | None = None  # counters for status and /metrics
     verify: Callable[[], list[str]] | None = None  # differences from the source of truth
+    decode: PartitionFold | None = None  # runs in the source's read task, before ``fold``
 
     @property
     def stores(self) -> tuple[ViewStore, ...]:
@@ -153,14 +167,76 @@ class DeadLetter:
     stage: str  # "decode" (the fold refused it) or "write" (the store refused it)
 
 
+WRITE_COLUMNS = (
+    "collection",
+    "key",
+    "position",
+    "deleted",
+    "fields",
+    "member",
+    "changes",
+    "fresh",
+    "topic",
+    "partition",
+    "offset",
+)
+"""The folded columns a store's write table holds (the folded schema without the rejection's)."""
+
+
+def split_folded(table: pa.Table) -> tuple[pa.Table, list[DeadLetter]]:
+    """A batch's folded rows as the stores' columnar write table (one row per collection and
+    key) and its dead letters (one Python object per rejected record: the rare path).
+
+    A key folded in two partitions (a re-partitioned topic) appears twice: its rows are merged
+    by position (:func:`_merge`); every other row stays in its columns."""
+    errors = table.column("error")
+    if errors.null_count < table.num_rows:
+        bad = pc.is_valid(errors)
+        dead = [
+            DeadLetter(
+                row["topic"] or "",
+                int(row["partition"] or 0),
+                int(row["offset"] or 0),
+                row["raw_key"],
+                row["raw_value"],
+                row["error"],
+                "decode",
+            )
+            for row in table.filter(bad).to_pylist()
+        ]
+        table = table.filter(pc.invert(bad))
+    else:
+        dead = []
+    writes = table.select(list(WRITE_COLUMNS))
+    if writes.num_rows < 2:
+        return writes, dead
+    counts = writes.group_by(["collection", "key"]).aggregate([("position", "count")])
+    if pc.max(counts.column("position_count")).as_py() <= 1:
+        return writes, dead
+    twice = counts.filter(pc.greater(counts.column("position_count"), 1))
+    repeated = pc.is_in(
+        pc.binary_join_element_wise(writes.column("collection"), writes.column("key"), "\x1f"),
+        value_set=pc.binary_join_element_wise(
+            twice.column("collection"), twice.column("key"), "\x1f"
+        ),
+    )
+    merged, _ = writes_from_folded(writes.filter(repeated))
+    from connectors.stores.model import write_table
+
+    return pa.concat_tables(
+        [writes.filter(pc.invert(repeated)), write_table(merged).select(list(WRITE_COLUMNS))]
+    ), dead
+
+
 def writes_from_folded(table: pa.Table) -> tuple[list[Write], list[DeadLetter]]:
-    """Store writes and dead letters from a batch's folded rows (one Python object per folded
-    row; a key folded in two partitions - a re-partitioned topic - is merged by position)."""
+    """Store writes and dead letters from a batch's folded rows as Python objects (one per
+    folded row; a key folded in two partitions is merged by position). The columnar path is
+    :func:`split_folded`; this one serves tests and the rare repeated keys."""
     rows = table.to_pylist()
     writes: dict[tuple[str, str], Write] = {}
     dead: list[DeadLetter] = []
     for row in rows:
-        if row["error"] is not None:
+        if row.get("error") is not None:
             dead.append(
                 DeadLetter(
                     row["topic"] or "",

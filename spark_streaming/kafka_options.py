@@ -21,10 +21,13 @@ class KafkaSourceOptions:
     -1 latest), as in Spark's ``startingOffsets`` JSON. ``client`` are the ``kafka.*`` options
     without their prefix, handed to confluent-kafka.
 
-    Two options of this source only: ``tributary.fold`` names a per-partition fold
+    Options of this source only: ``tributary.fold`` names a per-partition fold
     (``module:function``, see :mod:`projections.view`) that runs inside the read task, so the
-    source yields folded rows instead of records; ``tributary.skipBelow`` (offsets JSON) makes
-    every range start at or after those offsets (records a view's store already has).
+    source yields its rows instead of records: folded rows, or the rows of the Spark DDL
+    ``tributary.fold.schema`` (e.g. a decoder's), with its read and fold times appended to
+    the file ``tributary.stageTimes`` when that is set (benchmarks); ``tributary.skipBelow``
+    (offsets JSON) makes every range start at or after those offsets (records a view's store
+    already has).
     """
 
     client: dict[str, str]
@@ -36,6 +39,8 @@ class KafkaSourceOptions:
     poll_timeout_s: float = field(default=30.0)
     fold: str | None = None
     fold_options: dict[str, str] = field(default_factory=dict)
+    fold_schema: str | None = None  # Spark DDL of the fold's rows (None: the folded schema)
+    stage_times: str | None = None  # a file each read task appends its read and fold times to
     skip_below: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
@@ -84,6 +89,8 @@ class KafkaSourceOptions:
             poll_timeout_s=float(lowered.get("kafkaconsumer.polltimeoutms", "30000")) / 1000,
             fold=_fold(lowered.get("tributary.fold")),
             fold_options=_fold_options(lowered.get("tributary.fold.options")),
+            fold_schema=(lowered.get("tributary.fold.schema") or "").strip() or None,
+            stage_times=(lowered.get("tributary.stagetimes") or "").strip() or None,
             skip_below=_skip(lowered.get("tributary.skipbelow")),
         )
 

@@ -46,7 +46,7 @@ from connectors.kafka.fetching import (
     range_fetch,
     stall_s,
 )
-from connectors.kafka.offsets import true_watermarks
+from connectors.kafka.offsets import TrueEnds, true_watermarks
 from spark_streaming.errors import DataLossError, StreamingError
 from spark_streaming.kafka_offsets import OffsetRange, TopicPartitionKey
 from spark_streaming.kafka_options import EARLIEST, KafkaSourceOptions
@@ -116,6 +116,7 @@ def watermarks(
     partitions: list[TopicPartitionKey],
     timeout: float,
     options: KafkaSourceOptions,
+    known: TrueEnds | None = None,
 ) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
     """(earliest, true end) per partition: :func:`connectors.kafka.offsets.true_watermarks`
     (ListOffsets may under-report the end; the end is taken from the high watermark of a fetch
@@ -125,7 +126,7 @@ def watermarks(
         return source_consumer(options, **{"fetch.wait.max.ms": PROBE_FETCH_WAIT_MS})
 
     try:
-        marks = true_watermarks(consumer, partitions, timeout, fresh=probe)
+        marks = true_watermarks(consumer, partitions, timeout, fresh=probe, known=known)
     except KafkaError as exc:
         raise StreamingError(str(exc)) from exc
     return {tp: low for tp, (low, _) in marks.items()}, {
@@ -146,7 +147,8 @@ def read_range(options: KafkaSourceOptions, offset_range: OffsetRange) -> Iterat
     key = (options.bootstrap_servers, topic, partition)
     wait = _learned_wait.get(key, FETCH_WAITS_MS[0])
     start = max(offset_range.start, 0)
-    consumer = source_consumer(options, **range_fetch(wait, end - start))
+    consumer = _pooled(options, wait, end - start)
+    broken = True
     try:
         position = _checked_start(consumer, options, offset_range)
         read = _Read(position, options.poll_timeout_s)
@@ -156,7 +158,7 @@ def read_range(options: KafkaSourceOptions, offset_range: OffsetRange) -> Iterat
             position = read.position
             if position >= end:
                 break
-            # A fetch brought nothing for a while: open the consumer again with a longer wait.
+            # A fetch brought nothing for a while: go on with a consumer with a longer wait.
             longer = longer_wait(wait)
             if time.monotonic() > read.deadline:
                 raise StreamingError(
@@ -164,12 +166,54 @@ def read_range(options: KafkaSourceOptions, offset_range: OffsetRange) -> Iterat
                     f" {position}, expected up to {end - 1} (broker down or range deleted?)"
                 )
             wait = longer
-            consumer.close()
-            consumer = source_consumer(options, **range_fetch(wait, end - position))
+            _release(consumer, options, broken=False)
+            consumer = _pooled(options, wait, end - position)
         if read.got_records:
             _learned_wait[key] = wait
+        broken = False
     finally:
-        consumer.close()
+        _release(consumer, options, broken)
+
+
+# Range reads keep their consumers between tasks (Spark reuses its Python workers): opening a
+# client and its connection costs tens of milliseconds, which a small live micro-batch feels.
+_pool: dict[tuple[Any, ...], list[Consumer]] = {}
+_kinds: dict[int, tuple[Any, ...]] = {}  # id(consumer) -> its pool key
+POOLED_PER_KIND = 4
+
+
+def _fetch_kind(options: KafkaSourceOptions, wait: int, records: int) -> tuple[Any, ...]:
+    """The pool key: the client settings, the wait, and the fetch budget rounded up to a
+    power of four records (so a few consumers serve every range size)."""
+    bucket = 1
+    while bucket < records:
+        bucket *= 4
+    return (options.bootstrap_servers, tuple(sorted(options.client.items())), wait, bucket)
+
+
+def _pooled(options: KafkaSourceOptions, wait: int, records: int) -> Consumer:
+    kind = _fetch_kind(options, wait, records)
+    free = _pool.get(kind)
+    if free:
+        return free.pop()
+    consumer = source_consumer(options, **range_fetch(wait, kind[3]))
+    _kinds[id(consumer)] = kind
+    return consumer
+
+
+def _release(consumer: Consumer, options: KafkaSourceOptions, broken: bool) -> None:
+    """Give a consumer back (unassigned) for the next range, or close it after a failure."""
+    kind = _kinds.get(id(consumer))
+    free = _pool.setdefault(kind, []) if kind is not None else None
+    if not broken and free is not None and len(free) < POOLED_PER_KIND:
+        try:
+            consumer.unassign()
+            free.append(consumer)
+            return
+        except Exception:  # confluent_kafka.KafkaException: do not keep a client in doubt
+            pass
+    _kinds.pop(id(consumer), None)
+    consumer.close()
 
 
 class _Read:
@@ -232,7 +276,8 @@ def _consume(
                 error = message.error()
                 if error is not None:
                     if error.code() == RdKafkaError._PARTITION_EOF:
-                        if (message.offset() or 0) >= r.end:
+                        mine = message.partition() == r.partition and message.topic() == r.topic
+                        if mine and (message.offset() or 0) >= r.end:
                             position = r.end
                         continue
                     if error.code() in (
@@ -246,6 +291,12 @@ def _consume(
                         f"{r.topic}[{r.partition}] fetch failed at {position}: {error.str()}"
                     )
                 offset = message.offset() or 0
+                if (
+                    offset < position
+                    or message.partition() != r.partition
+                    or message.topic() != r.topic
+                ):
+                    continue  # fetched for an earlier assignment of a reused consumer
                 if offset >= r.end:
                     position = r.end
                     break

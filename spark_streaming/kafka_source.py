@@ -7,6 +7,7 @@ Same columns and option names as Spark's connector. The planner side (``latestOf
 in Spark's checkpoint.
 """
 
+import json
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -23,6 +24,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from connectors.kafka.offsets import TrueEnds
 from projections.folding import FOLDED_SCHEMA
 from projections.view import PartitionFold
 from spark_streaming.kafka_offsets import (
@@ -75,9 +77,13 @@ class KafkaDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
-    def schema(self) -> StructType:
+    def schema(self) -> StructType | str:
         options = KafkaSourceOptions.parse(dict(self.options))
-        return KAFKA_SCHEMA if options.fold is None else FOLDED_STRUCT
+        if options.fold is None:
+            return KAFKA_SCHEMA
+        if options.fold_schema is not None:
+            return options.fold_schema  # a DDL string (Spark parses it)
+        return FOLDED_STRUCT
 
     def streamReader(self, schema: StructType) -> "KafkaStreamReader":
         return KafkaStreamReader(KafkaSourceOptions.parse(dict(self.options)))
@@ -93,6 +99,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._partitions: list[TopicPartitionKey] | None = None
         self._discovered_at = 0.0
         self._latest: Offsets | None = None
+        self._ends = TrueEnds()  # a trigger on an idle topic lists offsets, no new probe
 
     # -- planner side ------------------------------------------------------------------
 
@@ -107,7 +114,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._partitions is None or now - self._discovered_at > DISCOVERY_INTERVAL_S:
             self._partitions = discover(consumer, self.options, self.options.poll_timeout_s)
             self._discovered_at = now
-        return watermarks(consumer, self._partitions, self.options.poll_timeout_s, self.options)
+        return watermarks(
+            consumer, self._partitions, self.options.poll_timeout_s, self.options, self._ends
+        )
 
     def initialOffset(self) -> Offsets:
         lows, highs = self._marks()
@@ -181,5 +190,36 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.fold is None:
             return records
         # Each Kafka partition is folded alone: keys never span partitions.
-        fold = PartitionFold(self.options.fold, tuple(sorted(self.options.fold_options.items())))
-        return fold.function()(records)
+        fold = PartitionFold(
+            self.options.fold,
+            tuple(sorted(self.options.fold_options.items())),
+            self.options.fold_schema,
+        )
+        if self.options.stage_times is None:
+            return fold.function()(records)
+        return self._timed(offset_range, records, fold)
+
+    def _timed(
+        self, offset_range: OffsetRange, records: Iterator[pa.RecordBatch], fold: PartitionFold
+    ) -> Iterator[pa.RecordBatch]:
+        """The fold of a range, with the time spent reading Kafka and folding appended as one
+        JSON line to ``tributary.stageTimes`` (a benchmark's view of the read task)."""
+        began = time.perf_counter()
+        batches = list(records)
+        read_s = time.perf_counter() - began
+        began = time.perf_counter()
+        out = list(fold.function()(batches))
+        fold_s = time.perf_counter() - began
+        line = {
+            "topic": offset_range.topic,
+            "partition": offset_range.partition,
+            "records": sum(b.num_rows for b in batches),
+            "rows": sum(b.num_rows for b in out),
+            "read_s": round(read_s, 6),
+            "fold_s": round(fold_s, 6),
+            "at": time.time(),
+        }
+        assert self.options.stage_times is not None
+        with open(self.options.stage_times, "a") as times:
+            times.write(json.dumps(line) + "\n")
+        return iter(out)

@@ -56,6 +56,8 @@ def folded_stream(
     pushed = {**options, "tributary.fold": fold.path}
     if fold.options:
         pushed["tributary.fold.options"] = json.dumps(dict(fold.options))
+    if fold.schema is not None:
+        pushed["tributary.fold.schema"] = fold.schema
     return records_stream(spark, pushed, skip_below)
 
 

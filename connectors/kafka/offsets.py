@@ -47,6 +47,7 @@ def true_watermarks(
     timeout: float = 10.0,
     *,
     fresh: Callable[[], Consumer],
+    known: "TrueEnds | None" = None,
 ) -> Watermarks:
     """(low, high) per partition with the high watermark taken from a fetch response.
 
@@ -56,7 +57,8 @@ def true_watermarks(
     it saw per partition, and only a new client's can come from this call's fetch (Tansu's
     ListOffsets under-reports by more than the last batch, so an older value cannot be told
     from a current one). After ``timeout`` a partition keeps its listed end (a warning is
-    logged).
+    logged). ``known`` remembers ends across calls: a partition whose listed end has not moved
+    since it was probed keeps the end that probe found, and is not probed again.
     """
     marks: Watermarks = {}
     for topic, partition in partitions:
@@ -67,7 +69,14 @@ def true_watermarks(
         except Exception as exc:  # confluent_kafka.KafkaException
             raise KafkaError(f"cannot list offsets of {topic}[{partition}]: {exc}") from exc
         marks[(topic, partition)] = (int(low), int(high))
-    pending = {ref for ref, (low, high) in marks.items() if high > low}
+    listed = {ref: high for ref, (_, high) in marks.items()}
+    if known is not None:
+        marks = {ref: (low, known.recall(ref, high)) for ref, (low, high) in marks.items()}
+    pending = {
+        ref
+        for ref, (low, high) in marks.items()
+        if high > low and (known is None or not known.knows(ref, listed[ref]))
+    }
     if not pending:
         return marks
     probe = fresh()
@@ -98,4 +107,32 @@ def true_watermarks(
             timeout,
             ", ".join(f"{t}[{p}]" for t, p in sorted(pending)),
         )
+    if known is not None:
+        for ref, (_, high) in marks.items():
+            if ref not in pending:
+                known.learn(ref, listed[ref], high)
     return marks
+
+
+class TrueEnds:
+    """True ends remembered between calls of :func:`true_watermarks` by a reader that asks
+    again and again (a streaming source's planner): appending records always moves a
+    partition's listed end (on Tansu it is the base of the last stored batch + 1, on Apache
+    Kafka the end itself), so while the listed end stays where it was when a fetch found the
+    true end, that end still holds and no probe is needed. Polling an idle topic then costs one
+    ListOffsets per partition, not a new client and a fetch."""
+
+    def __init__(self) -> None:
+        self._ends: dict[tuple[str, int], tuple[int, int]] = {}  # ref -> (listed, true)
+
+    def knows(self, ref: tuple[str, int], listed: int) -> bool:
+        seen = self._ends.get(ref)
+        return seen is not None and seen[0] == listed
+
+    def recall(self, ref: tuple[str, int], listed: int) -> int:
+        """The true end for this listed end, if known (else the listed end)."""
+        seen = self._ends.get(ref)
+        return seen[1] if seen is not None and seen[0] == listed else listed
+
+    def learn(self, ref: tuple[str, int], listed: int, true: int) -> None:
+        self._ends[ref] = (listed, max(listed, true))
