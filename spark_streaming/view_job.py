@@ -38,6 +38,7 @@ from spark_streaming.checkpoint import (
 )
 from spark_streaming.dead_letters import DeadLetterQueue
 from spark_streaming.errors import CheckpointLostError, StreamingError
+from spark_streaming.lag import LagCommitter
 from spark_streaming.stream import folded_stream, records_stream
 
 
@@ -189,6 +190,8 @@ class ViewJob:
         ]
         self.writer = self.writers[-1]
         self.dead_letters = DeadLetterQueue(kafka, view.name)
+        # Lag tools see a live view as the consumer group tributary.view.<name>.
+        self.lag = LagCommitter(kafka, view.name) if live else None
         self.on_batch = on_batch
         self.log = log or (lambda _line: None)
         self.reconciliation: Reconciliation | None = None
@@ -253,6 +256,9 @@ class ViewJob:
         skip = {} if self.view.stateful else resume
         if isinstance(self.view.fold, PartitionFold):
             stream = folded_stream(self.spark, options, self.view.fold, skip)
+        elif self.view.decode is not None:
+            decoded = folded_stream(self.spark, options, self.view.decode, skip)
+            stream = self.view.fold(decoded)
         else:
             stream = self.view.fold(records_stream(self.spark, options, skip))
         writer = (
@@ -284,6 +290,8 @@ class ViewJob:
         """Release the store writers' connections (the stores keep the data)."""
         for writer in self.writers:
             writer.close()
+        if self.lag is not None:
+            self.lag.close()
 
     def _range(self, batch_id: int) -> tuple[Offsets, Offsets]:
         log = CheckpointLog(self.checkpoint)
@@ -307,6 +315,7 @@ class ViewJob:
                 # The stores have its output, but Spark keeps the fold's state only when the
                 # batch runs: run it (writing nothing) so the state moves to this batch.
                 batch.write.format("noop").mode("overwrite").save()
+            self._applied(end)
             self._report(batch_id, start, end, 0, 0, False, 0.0, 0.0)
             return
         for committed in self._committed:
@@ -335,6 +344,7 @@ class ViewJob:
             applied = writer.apply(Batch(batch_id, end, writes, start=start), on_rejected=reject)
             self._committed[index] = merge_offsets(self._committed[index], end)
         write_s = time.perf_counter() - began
+        self._applied(end)
         self._report(
             batch_id,
             start,
@@ -345,6 +355,11 @@ class ViewJob:
             fold_s,
             write_s,
         )
+
+    def _applied(self, end: Offsets) -> None:
+        """The stores hold the batch: show it to lag tools (never read back)."""
+        if self.lag is not None:
+            self.lag.commit(end)
 
     def _report(
         self,

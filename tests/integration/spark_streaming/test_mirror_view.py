@@ -6,6 +6,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from spark_streaming.dead_letters import REASON_HEADER, dlq_topic
+from spark_streaming.lag import view_group
 from spark_streaming.view_job import BatchReport, ViewJob
 from spark_streaming.views import ViewsConfig, configured_views
 from tests.integration.spark_streaming.changefeed import ChangeFeed, applied_counts, mirror_rows
@@ -33,6 +34,19 @@ def run_mirror(
     return f"{config.views_schema}.{table.replace('.', '_')}"
 
 
+def group_offsets(config: ViewsConfig, group: str, topic: str) -> dict[int, int]:
+    """A consumer group's committed offsets on a topic, as ``kafka-consumer-groups`` shows
+    them (the admin API's ListConsumerGroupOffsets)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(config.kafka.client_properties())
+    request = [ConsumerGroupTopicPartitions(group)]
+    [future] = admin.list_consumer_group_offsets(request).values()
+    result = future.result(timeout=30)
+    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.topic == topic}
+
+
 def assert_mirrors(feed: ChangeFeed, table: str) -> None:
     source = feed.rows()
     assert mirror_rows(feed.dsn, table) == source
@@ -48,6 +62,13 @@ def test_mirror_equals_source_after_thousands_of_changes(
     assert len(reports) >= 3  # maxOffsetsPerTrigger=1000 split the topic into batches
     assert len(feed.rows()) > 300
     assert_mirrors(feed, table)
+    # Lag tools see the view as the consumer group tributary.view.<name>, at the offsets its
+    # store applied (the ledger), never ahead of them.
+    [spec] = configured_views(views_config).values()
+    ledger = spec.store.committed(spec.store.live_generation()).offsets
+    assert group_offsets(views_config, view_group(spec.name), feed.topic) == {
+        int(p): o for p, o in ledger[feed.topic].items()
+    }
     # More changes later: the same query (checkpoint) continues from where it stopped.
     feed.run(500)
     run_mirror(spark, views_config)
