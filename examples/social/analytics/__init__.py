@@ -8,11 +8,13 @@ view layer's exactly-once ledger) writing PostgreSQL tables services read and a 
 - ``activity`` (reads ``activity``): each event with raw and corrected times (stateless);
 - ``hashtags``, ``trending`` (``events.post``): posts per hashtag in tumbling 1-minute and
   hopping 5-minute windows (Spark ``window``, update mode);
-- ``sessions`` (``activity``): user sessions with a 30-minute gap (``transformWithState``);
+- ``sessions`` (``activity``): user sessions with a 30-minute gap
+  (``transformWithStateInPandas``);
 - ``ctr`` (``activity``): searches joined with their clicks within an hour, CTR per query,
-  searches with no click (stream-stream join);
+  searches with no click (``transformWithStateInPandas`` per Kafka partition, then an
+  aggregation per query);
 - ``likes`` (``events.post``, ``cdc.public.users``): likes with both profiles as of the like
-  (``transformWithState``);
+  (``transformWithState`` per user, then an aggregation per like);
 - ``alerts`` (``events.post``, ``events.follows``): bursts of posts, quick unfollows
   (``transformWithState`` with timers);
 - ``approx`` (``events.post``, ``activity``): hourly distinct users per hashtag

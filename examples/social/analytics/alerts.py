@@ -30,7 +30,7 @@ from examples.social.analytics.common import (
     table,
     typed,
 )
-from examples.social.analytics.inputs import inputs
+from examples.social.analytics.inputs import decoder, inputs
 from examples.social.analytics.stateful import Revisions, delete_row, iso, put_row, replace_timer
 from projections.folding import FOLDED_DDL
 from projections.time import MINUTE_MS, late_and_rejected, window_key
@@ -225,7 +225,7 @@ def alerts_fold(config: AnalyticsConfig, job: str) -> Any:
     def fold(records: Any) -> Any:
         from pyspark.sql import functions as F
 
-        ev = inputs(records, config.kinds(), config.lateness, config.registry_url)
+        ev = inputs(records, config.lateness)
         kinds = ("post", "follow", "unfollow")
         kept = ev.where(
             F.col("error").isNull() & ~F.col("beyond") & F.col("kind").isin(*kinds)
@@ -263,6 +263,7 @@ def alerts_view(config: AnalyticsConfig) -> View:
 
     return View(
         name=config.name(job),
+        decode=decoder(config.kinds(), config.registry_url),
         topics=(config.posts_topic, config.follows_topic),
         fold=alerts_fold(config, job),
         store=store,

@@ -16,7 +16,7 @@ from examples.social.analytics.common import (
     table,
     typed,
 )
-from examples.social.analytics.inputs import inputs
+from examples.social.analytics.inputs import decoder, inputs
 from projections.time import folded, iso, key_json, late_and_rejected
 from projections.view import Query, QueryParam, View
 
@@ -43,7 +43,7 @@ def corrected_fold(config: AnalyticsConfig, job: str) -> Any:
     def fold(records: Any) -> Any:
         from pyspark.sql import functions as F
 
-        ev = inputs(records, config.kinds(), config.lateness, config.registry_url)
+        ev = inputs(records, config.lateness)
         good = ev.where(F.col("error").isNull() & F.col("kind").isin("search", "click"))
         out = folded(
             good,
@@ -98,6 +98,7 @@ def corrected_view(config: AnalyticsConfig) -> View:
 
     return View(
         name=config.name(job),
+        decode=decoder(config.kinds(), config.registry_url),
         topics=(config.activity_topic,),
         fold=corrected_fold(config, job),
         store=store,

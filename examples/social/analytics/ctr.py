@@ -1,29 +1,32 @@
-"""Searches joined with the clicks on their results (the seeds' example), on Spark's
-stream-stream join: a click joins its search (same session, same search id) when it happened
-within one hour after it (corrected event times); Spark keeps both sides in its state store
-until the watermark passes the hour.
+"""Searches joined with the clicks on their results (the seeds' example): a click joins its
+search (same session, same search id) when it happened within one hour after it (corrected
+event times); every search ends ``clicked``, or ``no_click`` once its hour has expired, and the
+click-through rate is kept per query.
 
-Output, besides each joined click (``clicks``, with its delay): every search as it arrives
-(``searches``, status ``open``), so the click-through rate counts every search. In the
-store's atomic unit a materializer
+All of it runs in Spark's state store (RocksDB), in two chained stateful operators:
 
-- marks a search ``clicked`` when its first click is applied (every kept click also passes
-  through as a ``click_events`` entry, joined or not, and moves its partition's clock);
-- emits a search with no click as ``no_click`` when its hour has expired: when the server's
-  receive time seen in the search's Kafka partition passes ``search time + 1 hour + allowed
-  lateness`` (no kept click can arrive after that). This clock is the data's, not Spark's
-  watermark (which moves one micro-batch late), so a replay in one batch expires exactly the
-  searches the live run expired;
-- keeps the click-through rate per query (``queries``: searches, clicked, no click, open).
+1. ``transformWithStateInPandas`` keyed by the activity topic's Kafka partition (the activity is
+   keyed by session, so a search and its clicks share a partition). Per partition the state
+   holds the searches still within reach, clicks that came before their search, and the
+   partition's *clock*: the largest server receive time seen in it. Each batch, vectorised in
+   pandas: new searches are added (``open``), clicks matched (a click joins; its search becomes
+   ``clicked``), and every open search whose ``search time + 1 hour + allowed lateness`` the
+   clock passed becomes ``no_click`` (no kept click can arrive after that). The clock is the
+   data's, not Spark's watermark (which moves one micro-batch late), so a replay in one batch
+   expires exactly the searches a live run in many batches expired. It publishes every search
+   that changed, every joined click, and per query the changes of its counts.
+2. A streaming aggregation per query (update mode) sums those changes: searches, clicked, no
+   click, open, and the click-through rate.
 """
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 from psycopg import sql
 
-from connectors.stores.base import Collection, StoreTxn
-from connectors.stores.model import Applied, Put
+from connectors.stores.base import Collection
 from connectors.stores.pg_tables import TypedColumn
 from examples.social.analytics.common import (
     AnalyticsConfig,
@@ -34,14 +37,37 @@ from examples.social.analytics.common import (
     table,
     typed,
 )
-from examples.social.analytics.inputs import inputs
-from projections.time import HOUR_MS, folded, iso, key_json, late_and_rejected, window_key
+from examples.social.analytics.inputs import decoder, inputs
+from examples.social.analytics.stateful import FOLDED_FIELDS
+from projections.time import HOUR_MS, folded, iso_ms, key_json, late_and_rejected, window_key
 from projections.view import Query, QueryParam, View
 
-SEARCHES, CLICKS, QUERIES, PROGRESS = "searches", "clicks", "queries", "progress"
-CLICK_EVENTS = "click_events"
+SEARCHES, CLICKS, QUERIES = "searches", "clicks", "queries"
 OPEN, CLICKED, NO_CLICK = "open", "clicked", "no_click"
 JOIN_WITHIN_MS = HOUR_MS
+
+SEARCH_COLUMNS = (
+    "search_id",
+    "session_id",
+    "user_id",
+    "query",
+    "searched_ms",
+    "received_ms",
+    "status",
+    "clicks",
+    "first_click_ms",
+    "revision",
+    "click_ids",
+)
+WAITING_COLUMNS = ("click_id", "search_id", "session_id", "post_id", "clicked_ms", "received_ms")
+STATE_SCHEMA = "clock long, searches binary, waiting binary"
+DELTAS = ("d_searches", "d_clicked", "d_no_click", "d_open")
+OUTPUT_DDL = (
+    "collection string, key string, position long, deleted boolean, fields string,"
+    " member string, changes array<long>, fresh boolean, topic string, partition int,"
+    " offset long, error string, raw_key binary, raw_value binary, d_query string,"
+    " d_searches long, d_clicked long, d_no_click long, d_open long, ts timestamp"
+)
 
 
 def search_key(search_id: str) -> str:
@@ -52,191 +78,348 @@ def query_key(query: str) -> str:
     return window_key(query=query)
 
 
+# -- one partition's step (pure: pandas in, pandas out) ---------------------------------------
+
+
+def _empty(columns: tuple[str, ...]) -> Any:
+    import pandas as pd  # type: ignore[import-untyped]
+
+    return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
+
+
+def _frame_bytes(frame: Any) -> bytes:
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _frame_of(data: bytes | None, columns: tuple[str, ...]) -> Any:
+    import pyarrow as pa
+
+    if not data:
+        return _empty(columns)
+    return pa.ipc.open_stream(data).read_all().to_pandas()
+
+
+def ctr_step(
+    partition: int,
+    clock: int,
+    searches: Any,
+    waiting: Any,
+    rows: Any,
+    allowed_ms: int,
+) -> tuple[int, Any, Any, list[dict[str, Any]], Any]:
+    """One batch of one partition: the new clock, searches and waiting clicks, the output rows
+    (changed searches and joined clicks, as folded values) and the count changes per query.
+
+    ``rows``: the batch's decoded records of the partition (``kind``, ``kept``, ``event_id``,
+    ``session_id``, ``user_id``, ``query``, ``search_id``, ``post_id``, ``corrected_time``,
+    ``received_time``)."""
+    import pandas as pd
+
+    received = rows["received_time"].dropna()
+    if len(received):
+        clock = max(clock, int(received.max()))
+    kept = rows[rows["kept"]]
+    deltas: list[Any] = []
+    touched: set[str] = set()
+
+    # 1. new searches (a search already known is a re-delivery)
+    new = kept[kept["kind"] == "search"].drop_duplicates("event_id")
+    new = new[~new["event_id"].isin(searches["search_id"])]
+    if len(new):
+        added = pd.DataFrame(
+            {
+                "search_id": new["event_id"].astype(str).to_numpy(),
+                "session_id": new["session_id"].to_numpy(),
+                "user_id": new["user_id"].to_numpy(),
+                "query": new["query"].fillna("").to_numpy(),
+                "searched_ms": new["corrected_time"].astype("int64").to_numpy(),
+                "received_ms": new["received_time"].astype("int64").to_numpy(),
+                "status": OPEN,
+                "clicks": 0,
+                "first_click_ms": None,
+                "revision": 0,
+                "click_ids": "",
+            }
+        )
+        searches = pd.concat([searches, added], ignore_index=True) if len(searches) else added
+        touched.update(added["search_id"])
+        deltas.append(pd.DataFrame({"d_query": added["query"], "d_searches": 1, "d_open": 1}))
+
+    # 2. clicks: this batch's and those waiting for their search
+    fresh = kept[kept["kind"] == "click"].drop_duplicates("event_id")
+    clicks = pd.DataFrame(
+        {
+            "click_id": fresh["event_id"].astype(str).to_numpy(),
+            "search_id": fresh["search_id"].to_numpy(),
+            "session_id": fresh["session_id"].to_numpy(),
+            "post_id": fresh["post_id"].to_numpy(),
+            "clicked_ms": fresh["corrected_time"].astype("int64").to_numpy(),
+            "received_ms": fresh["received_time"].astype("int64").to_numpy(),
+        }
+    )
+    if len(waiting) and len(clicks):
+        clicks = pd.concat([waiting, clicks], ignore_index=True).drop_duplicates("click_id")
+    elif len(waiting):
+        clicks = waiting
+    joined_rows: list[dict[str, Any]] = []
+    if len(clicks):
+        known = clicks["search_id"].isin(searches["search_id"])
+        waiting = clicks[~known].reset_index(drop=True)
+        at = searches.reset_index().set_index("search_id")["index"]
+        matched = clicks[known].copy()
+        matched["row"] = at.loc[matched["search_id"]].to_numpy()
+        s = searches.loc[matched["row"]]
+        delay = matched["clicked_ms"].to_numpy() - s["searched_ms"].to_numpy().astype("int64")
+        already = [
+            c in ids.split(",") for c, ids in zip(matched["click_id"], s["click_ids"], strict=True)
+        ]
+        ok = (
+            (matched["session_id"].to_numpy() == s["session_id"].to_numpy())
+            & (delay >= 0)
+            & (delay <= JOIN_WITHIN_MS)
+            & ~np.array(already, dtype=bool)
+        )
+        matched, s, delay = matched[ok], s[ok], delay[ok]
+        matched = matched.assign(delay_ms=delay)
+        for row, group in matched.groupby("row", sort=True):
+            search = searches.loc[row]
+            if search["status"] == OPEN:
+                deltas.append(
+                    pd.DataFrame({"d_query": [search["query"]], "d_clicked": [1], "d_open": [-1]})
+                )
+            first = int(group["clicked_ms"].min())
+            previous = search["first_click_ms"]
+            searches.at[row, "status"] = CLICKED
+            searches.at[row, "clicks"] = int(search["clicks"]) + len(group)
+            searches.at[row, "first_click_ms"] = (
+                first if previous is None or pd.isna(previous) else min(int(previous), first)
+            )
+            ids = [i for i in str(search["click_ids"]).split(",") if i]
+            searches.at[row, "click_ids"] = ",".join([*ids, *group["click_id"]])
+            touched.add(str(search["search_id"]))
+        for click in matched.itertuples(index=False):
+            search = searches.loc[click.row]
+            joined_rows.append(
+                _click_values(partition, search, click)  # one per joined click
+            )
+    # 3. expiry by the partition's clock
+    expired = (searches["status"] == OPEN) & (
+        searches["searched_ms"].astype("int64") + JOIN_WITHIN_MS + allowed_ms < clock
+    )
+    if expired.any():
+        searches.loc[expired, "status"] = NO_CLICK
+        touched.update(searches.loc[expired, "search_id"])
+        deltas.append(
+            pd.DataFrame({"d_query": searches.loc[expired, "query"], "d_no_click": 1, "d_open": -1})
+        )
+    # 4. publish what changed, then forget what no record can reach any more
+    out: list[dict[str, Any]] = []
+    if touched:
+        changed = searches["search_id"].isin(touched)
+        searches.loc[changed, "revision"] = searches.loc[changed, "revision"].astype("int64") + 1
+        out.extend(_search_values(partition, r) for r in searches[changed].itertuples(index=False))
+    out.extend(joined_rows)
+    reach = searches["searched_ms"].astype("int64") + JOIN_WITHIN_MS + allowed_ms
+    searches = searches[reach >= clock].reset_index(drop=True)
+    if len(waiting):
+        waiting = waiting[waiting["clicked_ms"].astype("int64") + allowed_ms >= clock]
+        waiting = waiting.reset_index(drop=True)
+    counts = (
+        pd.concat(deltas, ignore_index=True).fillna(0)
+        if deltas
+        else pd.DataFrame({"d_query": pd.Series(dtype="object")})
+    )
+    for name in DELTAS:
+        counts[name] = counts[name].astype("int64") if name in counts else 0
+    return clock, searches, waiting, out, counts
+
+
+def _search_values(partition: int, search: Any) -> dict[str, Any]:
+    first = search.first_click_ms
+    fields = {
+        "search_id": search.search_id,
+        "session_id": search.session_id,
+        "user_id": None if search.user_id is None else int(search.user_id),
+        "query": search.query,
+        "searched_at": iso_ms(int(search.searched_ms)),
+        "searched_ms": int(search.searched_ms),
+        "expires_ms": int(search.searched_ms) + JOIN_WITHIN_MS,
+        "received_ms": int(search.received_ms),
+        "partition": partition,
+        "status": search.status,
+        "clicks": int(search.clicks),
+        "first_click_ms": None if first is None or first != first else int(first),
+    }
+    return _values(SEARCHES, search_key(search.search_id), int(search.revision), fields)
+
+
+def _click_values(partition: int, search: Any, click: Any) -> dict[str, Any]:
+    fields = {
+        "click_id": click.click_id,
+        "search_id": click.search_id,
+        "query": search["query"],
+        "session_id": click.session_id,
+        "user_id": None if search["user_id"] is None else int(search["user_id"]),
+        "post_id": None if click.post_id is None else int(click.post_id),
+        "searched_at": iso_ms(int(search["searched_ms"])),
+        "clicked_at": iso_ms(int(click.clicked_ms)),
+        "delay_ms": int(click.delay_ms),
+        "received_ms": int(click.received_ms),
+        "partition": partition,
+    }
+    return _values(CLICKS, window_key(click_id=click.click_id), 1, fields)
+
+
+def _values(collection: str, key: str, position: int, fields: dict[str, Any]) -> dict[str, Any]:
+    values: dict[str, Any] = dict.fromkeys(FOLDED_FIELDS)
+    values.update(
+        collection=collection,
+        key=key,
+        position=position,
+        deleted=False,
+        fields=json.dumps(fields, separators=(",", ":")),
+        fresh=False,
+    )
+    return values
+
+
+def _processor(allowed_ms: int) -> Any:
+    import pandas as pd
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class CtrProcessor(StatefulProcessor):
+        """One Kafka partition of the activity: its clock, searches and waiting clicks in one
+        value of Spark's state store (Arrow IPC inside), read and written once per batch."""
+
+        def init(self, handle: Any) -> None:
+            self.handle = handle
+            self.state = handle.getValueState("ctr", STATE_SCHEMA)
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
+            partition = int(key[0])
+            frame = pd.concat(list(rows), ignore_index=True)
+            stored = self.state.get() if self.state.exists() else None
+            clock = int(stored[0]) if stored else 0
+            searches = _frame_of(stored[1] if stored else None, SEARCH_COLUMNS)
+            waiting = _frame_of(stored[2] if stored else None, WAITING_COLUMNS)
+            clock, searches, waiting, out, counts = ctr_step(
+                partition, clock, searches, waiting, frame, allowed_ms
+            )
+            self.state.update((clock, _frame_bytes(searches), _frame_bytes(waiting)))
+            # The chained aggregation drops rows older than the watermark: stamp them with
+            # the later of the watermark and the partition's clock.
+            stamp = pd.Timestamp(max(clock, int(timerValues.getCurrentWatermarkInMs())), unit="ms")
+            frames = []
+            if out:
+                frames.append(pd.DataFrame(out, columns=list(FOLDED_FIELDS)))
+            if len(counts):
+                frames.append(counts)
+            if frames:
+                result = pd.concat(frames, ignore_index=True)
+                for name in ("d_query", *DELTAS, *FOLDED_FIELDS):
+                    if name not in result:
+                        result[name] = None
+                for name in ("position", "partition", "offset", *DELTAS):
+                    result[name] = result[name].astype("Int64")
+                for name in ("deleted", "fresh"):
+                    result[name] = result[name].astype("boolean")
+                for name in (
+                    "collection",
+                    "key",
+                    "fields",
+                    "member",
+                    "changes",
+                    "topic",
+                    "error",
+                    "raw_key",
+                    "raw_value",
+                    "d_query",
+                ):
+                    column = result[name].astype(object)
+                    result[name] = column.where(column.notna(), None)
+                result["ts"] = stamp
+                yield result[[*FOLDED_FIELDS, "d_query", *DELTAS, "ts"]]
+
+        def close(self) -> None:
+            pass
+
+    return CtrProcessor()
+
+
 def ctr_fold(config: AnalyticsConfig, job: str) -> Any:
+    allowed_ms = config.lateness.allowed_ms
+
     def fold(records: Any) -> Any:
         from pyspark.sql import functions as F
 
-        ev = inputs(records, config.kinds(), config.lateness, config.registry_url)
-        kept = ev.where(F.col("error").isNull() & ~F.col("beyond"))
-        searches = kept.where(F.col("kind") == "search").select(
-            F.col("event_id").alias("search_id"),
-            F.col("session_id").alias("s_session"),
-            F.col("user_id").alias("s_user"),
-            F.col("query"),
-            F.col("event_ts").alias("s_ts"),
-            F.col("corrected_time").alias("s_ms"),
-            F.col("received_time").alias("s_received"),
-            F.col("partition").alias("s_partition"),
+        ev = inputs(records, config.lateness)
+        activity = ev.where(F.col("error").isNull() & F.col("received_time").isNotNull())
+        steps = (
+            activity.select(
+                "partition",
+                "kind",
+                (F.col("kind").isin("search", "click") & ~F.col("beyond")).alias("kept"),
+                "event_id",
+                "session_id",
+                "user_id",
+                "query",
+                "search_id",
+                "post_id",
+                "corrected_time",
+                "received_time",
+            )
+            .groupBy("partition")
+            .transformWithStateInPandas(
+                _processor(allowed_ms), OUTPUT_DDL, "Append", "EventTime", eventTimeColumnName="ts"
+            )
         )
-        clicks = kept.where(F.col("kind") == "click").select(
-            F.col("event_id").alias("click_id"),
-            F.col("search_id").alias("c_search_id"),
-            F.col("session_id").alias("c_session"),
-            F.col("post_id"),
-            F.col("event_ts").alias("c_ts"),
-            F.col("corrected_time").alias("c_ms"),
-            F.col("received_time").alias("c_received"),
-            F.col("partition").alias("c_partition"),
+        rows = steps.where(F.col("collection").isNotNull()).select(*FOLDED_FIELDS)
+        totals = (
+            steps.where(F.col("d_query").isNotNull())
+            .groupBy("d_query")
+            .agg(
+                F.sum("d_searches").alias("searches"),
+                F.sum("d_clicked").alias(CLICKED),
+                F.sum("d_no_click").alias(NO_CLICK),
+                F.sum("d_open").alias(OPEN),
+                F.count(F.lit(1)).alias("changes"),
+            )
         )
-        joined = searches.join(
-            clicks,
-            F.expr(
-                "c_search_id = search_id AND c_session = s_session AND c_ts >= s_ts"
-                f" AND c_ts <= s_ts + INTERVAL {JOIN_WITHIN_MS // 1000} SECONDS"
-            ),
-            "inner",
-        )
-        # Every kept click also passes through (``click_events``): the materializer's clock
-        # of each partition moves with every record, joined or not.
-        click_events = folded(
-            clicks,
-            collection=CLICK_EVENTS,
-            key=F.col("click_id"),
-            position=F.lit(1),
+        queries = folded(
+            totals,
+            collection=QUERIES,
+            key=key_json(query=F.col("d_query")),
+            position=F.col("changes"),
             fields=F.struct(
-                F.col("click_id"),
-                F.col("c_search_id").alias("search_id"),
-                F.col("c_session").alias("session_id"),
-                F.col("post_id"),
-                F.col("c_ms").alias("clicked_ms"),
-                F.col("c_received").alias("received_ms"),
-                F.col("c_partition").alias("partition"),
-            ),
-        )
-        search_rows = folded(
-            searches,
-            collection=SEARCHES,
-            key=F.col("search_id"),
-            position=F.lit(1),
-            fields=F.struct(
-                F.col("search_id"),
-                F.col("s_session").alias("session_id"),
-                F.col("s_user").alias("user_id"),
-                F.col("query"),
-                iso(F.col("s_ts")).alias("searched_at"),
-                F.col("s_ms").alias("searched_ms"),
-                (F.col("s_ms") + F.lit(JOIN_WITHIN_MS)).alias("expires_ms"),
-                F.col("s_received").alias("received_ms"),
-                F.col("s_partition").alias("partition"),
-                F.col("s_partition").alias("open_partition"),
-                F.lit(OPEN).alias("status"),
-                F.lit(0).alias("clicks"),
-            ),
-        )
-        click_rows = folded(
-            joined,
-            collection=CLICKS,
-            key=key_json(click_id=F.col("click_id")),
-            position=F.lit(1),
-            fields=F.struct(
-                F.col("click_id"),
-                F.col("search_id"),
-                F.col("query"),
-                F.col("s_session").alias("session_id"),
-                F.col("s_user").alias("user_id"),
-                F.col("post_id"),
-                iso(F.col("s_ts")).alias("searched_at"),
-                iso(F.col("c_ts")).alias("clicked_at"),
-                (F.col("c_ms") - F.col("s_ms")).alias("delay_ms"),
-                F.col("c_received").alias("received_ms"),
-                F.col("c_partition").alias("partition"),
+                F.col("d_query").alias("query"),
+                F.col("searches"),
+                F.col(CLICKED),
+                F.col(NO_CLICK),
+                F.col(OPEN),
+                F.when(F.col("searches") > 0, F.round(F.col(CLICKED) / F.col("searches"), 6)).alias(
+                    "ctr"
+                ),
             ),
         )
         late = late_and_rejected(
             ev.where(F.col("error").isNotNull() | F.col("kind").isin("search", "click")),
             config.name(job),
         )
-        return search_rows.unionByName(click_events).unionByName(click_rows).unionByName(late)
+        return rows.unionByName(queries).unionByName(late)
 
     return fold
-
-
-def ctr_materializer(allowed_ms: int) -> Any:
-    """Search outcomes, expiry by the partitions' receive clocks, CTR per query."""
-
-    def materialize(txn: StoreTxn, applied: Sequence[Applied]) -> None:
-        seen: dict[int, int] = {}
-        new_searches: list[Put] = []
-        new_clicks: list[Put] = []
-        for change in applied:
-            write = change.write
-            if not isinstance(write, Put) or write.collection == PROGRESS:
-                continue
-            fields = write.fields
-            partition = fields.get("partition")
-            received = fields.get("received_ms", fields.get("received_time"))
-            if partition is not None and received is not None:
-                seen[int(partition)] = max(seen.get(int(partition), 0), int(received))
-            if change.before is None and write.collection == SEARCHES:
-                new_searches.append(write)
-            elif change.before is None and write.collection == CLICKS:
-                new_clicks.append(write)
-        counts: dict[str, dict[str, int]] = {}
-
-        def count(query: str, **deltas: int) -> None:
-            entry = counts.setdefault(query, {"searches": 0, CLICKED: 0, NO_CLICK: 0, OPEN: 0})
-            for name, delta in deltas.items():
-                entry[name] += delta
-
-        for search in new_searches:
-            count(str(search.fields["query"]), searches=1, open=1)
-        for click in sorted(new_clicks, key=lambda c: (int(c.fields["delay_ms"]), c.key)):
-            entry = txn.get(SEARCHES, search_key(str(click.fields["search_id"])))
-            if entry is None:
-                continue
-            status, query = entry.fields.get("status"), str(entry.fields["query"])
-            if status != CLICKED:
-                count(query, clicked=1, **{str(status): -1})
-            first = entry.fields.get("first_click_ms")
-            clicked_ms = int(entry.fields["searched_ms"]) + int(click.fields["delay_ms"])
-            txn.put(
-                SEARCHES,
-                entry.key,
-                {
-                    **entry.fields,
-                    "status": CLICKED,
-                    "clicks": int(entry.fields.get("clicks") or 0) + 1,
-                    "first_click_ms": clicked_ms if first is None else min(int(first), clicked_ms),
-                    "open_partition": None,
-                },
-            )
-        for partition, received in sorted(seen.items()):
-            progress = txn.get(PROGRESS, str(partition))
-            clock = max(received, int(progress.fields["received_ms"]) if progress else 0)
-            if progress is None or clock > int(progress.fields["received_ms"]):
-                txn.put(PROGRESS, str(partition), {"partition": partition, "received_ms": clock})
-            for entry in txn.find(SEARCHES, "open_partition", partition):
-                if int(entry.fields["expires_ms"]) + allowed_ms < clock:
-                    count(str(entry.fields["query"]), no_click=1, open=-1)
-                    txn.put(
-                        SEARCHES,
-                        entry.key,
-                        {**entry.fields, "status": NO_CLICK, "open_partition": None},
-                    )
-        for query, deltas in sorted(counts.items()):
-            stored = txn.get(QUERIES, query_key(query))
-            values = {
-                name: int(stored.fields.get(name) or 0) + delta if stored else delta
-                for name, delta in deltas.items()
-            }
-            searches = values["searches"]
-            txn.put(
-                QUERIES,
-                query_key(query),
-                {
-                    "query": query,
-                    **values,
-                    "ctr": round(values[CLICKED] / searches, 6) if searches else None,
-                },
-            )
-
-    return materialize
 
 
 def ctr_view(config: AnalyticsConfig) -> View:
     job = "ctr"
     layouts: list[Layout] = [
-        Collection(SEARCHES, lookups=("open_partition",)),
+        Collection(SEARCHES),
         typed(
             CLICKS,
             "analytics_search_clicks",
@@ -264,12 +447,8 @@ def ctr_view(config: AnalyticsConfig) -> View:
             TypedColumn(OPEN, "bigint"),
             TypedColumn("ctr", "double precision"),
         ),
-        Collection(PROGRESS),
-        Collection(CLICK_EVENTS),
     ]
-    store, also = stores(
-        config, job, layouts, QUERIES, ctr_materializer(config.lateness.allowed_ms)
-    )
+    store, also = stores(config, job, layouts, QUERIES)
 
     def ctr(query: str = "", limit: int = 50) -> Any:
         columns = sql.SQL("query, searches, clicked, no_click, open, ctr")
@@ -294,11 +473,13 @@ def ctr_view(config: AnalyticsConfig) -> View:
 
     return View(
         name=config.name(job),
+        decode=decoder(config.kinds(), config.registry_url),
         topics=(config.activity_topic,),
         fold=ctr_fold(config, job),
         store=store,
         also=also,
         stateful=True,
+        output_mode="update",
         metrics=late_counter(config, store),
         description="searches joined with their clicks within an hour: click-through rate per"
         " query, searches with no click once their hour expired",

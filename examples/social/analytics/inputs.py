@@ -19,7 +19,6 @@ Decoding runs on the executors (``mapInArrow``); the time columns of
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -31,6 +30,7 @@ from connectors.schema_registry.errors import RegistryUnavailableError
 from examples.social.views.folds import decode_event
 from projections.folding import parse_json, records_table, spark_ddl
 from projections.time import Lateness, with_event_time
+from projections.view import PartitionFold, per_partition
 
 INPUT_SCHEMA = pa.schema(
     [
@@ -109,16 +109,29 @@ def decode(
             yield out
 
 
-def decoder(kinds: Mapping[str, str], registry_url: str) -> Any:
-    """The ``mapInArrow`` function for these topics (picklable)."""
-    return partial(decode, kinds=dict(kinds), registry_url=registry_url)
+def decode_partition(
+    batches: Iterable[pa.RecordBatch], options: Mapping[str, str]
+) -> Iterator[pa.RecordBatch]:
+    """:func:`decode` as a per-partition stage of the Kafka source (options: ``kinds`` as
+    JSON, ``registry_url``)."""
+    return decode(batches, json.loads(options["kinds"]), options["registry_url"])
 
 
-def inputs(records: Any, kinds: Mapping[str, str], lateness: Lateness, registry_url: str) -> Any:
-    """Kafka records -> decoded input rows with corrected event time, lateness and Spark's
-    watermark (:func:`projections.time.with_event_time`); ``registry_url``: the schema
-    registry the events' schema ids refer to."""
-    return with_event_time(records.mapInArrow(decoder(kinds, registry_url), INPUT_DDL), lateness)
+def decoder(kinds: Mapping[str, str], registry_url: str) -> PartitionFold:
+    """The decoding stage of a job reading these topics: it runs inside the Kafka source's read
+    task (``View.decode``), so the job's records reach Spark already decoded."""
+    return per_partition(
+        "examples.social.analytics.inputs:decode_partition",
+        schema=INPUT_DDL,
+        kinds=json.dumps(dict(kinds), sort_keys=True),
+        registry_url=registry_url,
+    )
+
+
+def inputs(decoded: Any, lateness: Lateness) -> Any:
+    """Decoded input rows (the job's ``decoder`` ran in the source) with corrected event time,
+    lateness and Spark's watermark (:func:`projections.time.with_event_time`)."""
+    return with_event_time(decoded, lateness)
 
 
 # -- activity (columnar) -----------------------------------------------------------------

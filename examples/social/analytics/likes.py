@@ -17,8 +17,6 @@ from typing import Any
 
 from psycopg import sql
 
-from connectors.stores.base import Collection, StoreTxn
-from connectors.stores.model import Applied, Put
 from connectors.stores.pg_tables import TypedColumn
 from examples.social.analytics.common import (
     AnalyticsConfig,
@@ -29,16 +27,20 @@ from examples.social.analytics.common import (
     table,
     typed,
 )
-from examples.social.analytics.inputs import inputs
+from examples.social.analytics.inputs import decoder, inputs
 from examples.social.analytics.stateful import Revisions, iso, put_row, replace_timer
 from projections.folding import FOLDED_DDL
-from projections.time import late_and_rejected, window_key
+from projections.time import folded, key_json, late_and_rejected
 from projections.view import Query, QueryParam, View
 
 PARTS, LIKES = "like_parts", "likes"
 ROLES = ("liker", "author")
 VERSION_STATE = "valid_from long, lsn long, deleted boolean, profile string"
 LIKE_KEY = "part string"  # <like id>:<role>
+HALF_DDL = (
+    "like_id string, role string, post_id long, liker_id long, author_id long, liked_at string,"
+    " handle string, display_name string, version_lsn long"
+)
 LIKE_STATE = (
     "role string, post_id long, liker_id long, author_id long, liked_ms long, shown_lsn long"
 )
@@ -94,6 +96,8 @@ def _processor(retention_ms: int) -> Any:
 
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
             user = int(key[0])
+            # The chained aggregation drops rows older than the watermark: never stamp below it.
+            watermark = int(timerValues.getCurrentWatermarkInMs())
             versions: dict[int, Version] = {
                 int(v[1]): (int(v[0]), int(v[1]), bool(v[2]), v[3]) for v in self.versions.get()
             }
@@ -139,6 +143,7 @@ def _processor(retention_ms: int) -> Any:
                         part,
                         self.revisions.next(),
                         _part_fields(like_id, like, user, version),
+                        ts=max(like[4], watermark),
                     )
                 )
                 self.likes.updateValue((part,), (*like, lsn))
@@ -173,7 +178,7 @@ def likes_fold(config: AnalyticsConfig, job: str) -> Any:
     def fold(records: Any) -> Any:
         from pyspark.sql import functions as F
 
-        ev = inputs(records, config.kinds(), lateness, config.registry_url)
+        ev = inputs(records, lateness)
         users = F.col("kind").isin("user", "user_deleted")
         likes = (F.col("kind") == "like") & ~F.col("beyond")
         keyed = ev.where(F.col("error").isNull() & (users | likes)).select(
@@ -204,61 +209,62 @@ def likes_fold(config: AnalyticsConfig, job: str) -> Any:
             "corrected_time",
         )
         rows = keyed.select(F.col("who.uid").alias("uid"), F.col("who.role").alias("role"), "*")
-        out = (
+        halves = (
             rows.drop("who")
             .groupBy("uid")
-            .transformWithState(_processor(retention_ms), FOLDED_DDL, "Append", "EventTime")
+            .transformWithState(
+                _processor(retention_ms),
+                f"{FOLDED_DDL}, ts timestamp",
+                "Append",
+                "EventTime",
+                eventTimeColumnName="ts",
+            )
+            .select(F.from_json("fields", HALF_DDL).alias("h"), "position")
+        )
+        # The two halves of a like meet in Spark's state: the latest of each (by position).
+        liker, author = (F.col("h.role") == "liker"), (F.col("h.role") == "author")
+        shown = F.struct("h.handle", "h.display_name", "h.version_lsn")
+        likes = halves.groupBy(F.col("h.like_id").alias("like_id")).agg(
+            F.max("h.post_id").alias("post_id"),
+            F.max("h.liker_id").alias("liker_id"),
+            F.max("h.author_id").alias("author_id"),
+            F.max("h.liked_at").alias("liked_at"),
+            F.max_by(shown, F.when(liker, F.col("position"))).alias("liker"),
+            F.max_by(shown, F.when(author, F.col("position"))).alias("author"),
+            F.max(F.when(liker, F.col("position"))).alias("liker_position"),
+            F.max(F.when(author, F.col("position"))).alias("author_position"),
+        )
+        joined = folded(
+            likes,
+            collection=LIKES,
+            key=key_json(like_id=F.col("like_id")),
+            position=F.coalesce(F.col("liker_position"), F.lit(0))
+            + F.coalesce(F.col("author_position"), F.lit(0)),
+            fields=F.struct(
+                "like_id",
+                "post_id",
+                "liker_id",
+                "author_id",
+                "liked_at",
+                F.col("liker.handle").alias("liker_handle"),
+                F.col("liker.display_name").alias("liker_name"),
+                F.col("liker.version_lsn").alias("liker_version"),
+                F.col("author.handle").alias("author_handle"),
+                F.col("author.display_name").alias("author_name"),
+                F.col("author.version_lsn").alias("author_version"),
+            ),
         )
         late = late_and_rejected(
             ev.where(F.col("error").isNotNull() | (F.col("kind") == "like")), config.name(job)
         )
-        return out.unionByName(late)
+        return joined.unionByName(late)
 
     return fold
-
-
-def _named(fields: Any, prefix: str) -> dict[str, Any]:
-    if fields is None:
-        return {f"{prefix}_handle": None, f"{prefix}_name": None, f"{prefix}_version": None}
-    return {
-        f"{prefix}_handle": fields.get("handle"),
-        f"{prefix}_name": fields.get("display_name"),
-        f"{prefix}_version": fields.get("version_lsn"),
-    }
-
-
-def join_halves(txn: StoreTxn, applied: Sequence[Applied]) -> None:
-    """Each like whose half changed: the enriched like from both halves."""
-    likes = sorted(
-        {
-            str(change.write.fields["like_id"])
-            for change in applied
-            if isinstance(change.write, Put) and change.write.collection == PARTS
-        }
-    )
-    for like_id in likes:
-        halves = {role: txn.get(PARTS, part_key(like_id, role)) for role in ROLES}
-        some = next(h for h in halves.values() if h is not None)
-        liker, author = halves["liker"], halves["author"]
-        txn.put(
-            LIKES,
-            window_key(like_id=like_id),
-            {
-                "like_id": like_id,
-                "post_id": some.fields["post_id"],
-                "liker_id": some.fields["liker_id"],
-                "author_id": some.fields["author_id"],
-                "liked_at": some.fields["liked_at"],
-                **_named(None if liker is None else liker.fields, "liker"),
-                **_named(None if author is None else author.fields, "author"),
-            },
-        )
 
 
 def likes_view(config: AnalyticsConfig) -> View:
     job = "likes"
     layouts: list[Layout] = [
-        Collection(PARTS),
         typed(
             LIKES,
             "analytics_likes",
@@ -276,7 +282,7 @@ def likes_view(config: AnalyticsConfig) -> View:
             TypedColumn("author_version", "bigint"),
         ),
     ]
-    store, also = stores(config, job, layouts, LIKES, join_halves)
+    store, also = stores(config, job, layouts, LIKES)
 
     def likes(post_id: int, limit: int = 100) -> list[dict[str, Any]]:
         rows = read_rows(
@@ -296,11 +302,13 @@ def likes_view(config: AnalyticsConfig) -> View:
 
     return View(
         name=config.name(job),
+        decode=decoder(config.kinds(), config.registry_url),
         topics=(config.posts_topic, config.users_topic),
         fold=likes_fold(config, job),
         store=store,
         also=also,
         stateful=True,
+        output_mode="update",
         metrics=late_counter(config, store),
         description="likes with the liker's and the author's profile as of the like",
         queries=(

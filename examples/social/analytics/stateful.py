@@ -2,6 +2,7 @@
 per-key revision counter (the position of every entry a key's processor writes)."""
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from projections.time import iso_ms
@@ -24,11 +25,9 @@ FOLDED_FIELDS = (
 )
 
 
-def put_row(collection: str, key: str, position: int, fields: dict[str, Any]) -> Any:
-    """A folded Put as a Spark ``Row``."""
-    from pyspark.sql import Row
-
-    values = dict.fromkeys(FOLDED_FIELDS)
+def put_values(collection: str, key: str, position: int, fields: dict[str, Any]) -> dict[str, Any]:
+    """A folded Put as a dict of the folded columns (a pandas processor's output row)."""
+    values: dict[str, Any] = dict.fromkeys(FOLDED_FIELDS)
     values.update(
         collection=collection,
         key=key,
@@ -37,6 +36,26 @@ def put_row(collection: str, key: str, position: int, fields: dict[str, Any]) ->
         fields=json.dumps(fields, separators=(",", ":")),
         fresh=False,
     )
+    return values
+
+
+def delete_values(collection: str, key: str, position: int) -> dict[str, Any]:
+    """A folded Delete as a dict of the folded columns."""
+    values: dict[str, Any] = dict.fromkeys(FOLDED_FIELDS)
+    values.update(collection=collection, key=key, position=position, deleted=True, fresh=False)
+    return values
+
+
+def put_row(
+    collection: str, key: str, position: int, fields: dict[str, Any], ts: int | None = None
+) -> Any:
+    """A folded Put as a Spark ``Row`` (``ts``: an event-time column in ms, for a processor
+    whose output feeds another stateful operator)."""
+    from pyspark.sql import Row
+
+    values = put_values(collection, key, position, fields)
+    if ts is not None:
+        values["ts"] = datetime.fromtimestamp(ts / 1000, tz=UTC)
     return Row(**values)
 
 
@@ -44,9 +63,7 @@ def delete_row(collection: str, key: str, position: int) -> Any:
     """A folded Delete as a Spark ``Row``."""
     from pyspark.sql import Row
 
-    values = dict.fromkeys(FOLDED_FIELDS)
-    values.update(collection=collection, key=key, position=position, deleted=True, fresh=False)
-    return Row(**values)
+    return Row(**delete_values(collection, key, position))
 
 
 class Revisions:

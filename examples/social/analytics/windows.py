@@ -25,7 +25,7 @@ from examples.social.analytics.common import (
     table,
     typed,
 )
-from examples.social.analytics.inputs import inputs
+from examples.social.analytics.inputs import decoder, inputs
 from projections.time import (
     HOUR_MS,
     MINUTE_MS,
@@ -73,7 +73,7 @@ def post_windows(
     def fold(records: Any) -> Any:
         from pyspark.sql import functions as F
 
-        ev = inputs(records, config.kinds(), config.lateness, config.registry_url)
+        ev = inputs(records, config.lateness)
         tags = _accepted(ev, "post").select(
             F.explode("tags").alias("tag"), "event_ts", "received_time"
         )
@@ -115,6 +115,7 @@ def hashtags_view(config: AnalyticsConfig) -> View:
     store, also = stores(config, job, [layout], "minutes")
     return View(
         name=config.name(job),
+        decode=decoder(config.kinds(), config.registry_url),
         topics=(config.posts_topic,),
         fold=post_windows(config, job, "minutes", "1 minute"),
         store=store,
@@ -166,6 +167,7 @@ def trending_view(config: AnalyticsConfig) -> View:
 
     return View(
         name=config.name(job),
+        decode=decoder(config.kinds(), config.registry_url),
         topics=(config.posts_topic,),
         fold=post_windows(config, job, "windows", "5 minutes", "1 minute"),
         store=store,
@@ -200,7 +202,7 @@ def approx_fold(config: AnalyticsConfig, job: str) -> Any:
     def fold(records: Any) -> Any:
         from pyspark.sql import functions as F
 
-        ev = inputs(records, config.kinds(), config.lateness, config.registry_url)
+        ev = inputs(records, config.lateness)
         kept = _accepted(ev, "post", "click").where(
             (F.col("kind") == "post")
             | (
@@ -310,6 +312,7 @@ def approx_view(config: AnalyticsConfig) -> View:
 
     return View(
         name=config.name(job),
+        decode=decoder(config.kinds(), config.registry_url),
         topics=(config.posts_topic, config.activity_topic),
         fold=approx_fold(config, job),
         store=store,
