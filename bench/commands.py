@@ -65,7 +65,7 @@ def _have_http_api() -> bool:
 def build_bus(url: str, schema: str, users_schema: str) -> Any:
     from connectors.postgres import make_engine
     from examples.social import social_registry, users_table
-    from infra.cli_events import command_bus
+    from infra.commands import command_bus
     from infra.settings import load_settings
 
     settings = load_settings(postgres_url=url, event_store_schema=schema)

@@ -95,7 +95,7 @@ USERS = 16
 
 
 def _bus(settings: Settings) -> Any:
-    from infra.cli_events import command_bus, load_registry, prepare_database
+    from infra.commands import command_bus, load_registry, prepare_database
 
     registry, module = load_registry(settings.command_handlers)
     engine = make_engine(settings.postgres())

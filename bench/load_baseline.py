@@ -101,7 +101,7 @@ def run_no_store_api(settings: Settings, port: int) -> None:
     import uvicorn
 
     from connectors.postgres import make_engine
-    from infra.cli_events import load_registry
+    from infra.commands import load_registry
     from infra.http_api import create_app
 
     registry, _module = load_registry(settings.command_handlers)

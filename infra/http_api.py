@@ -202,7 +202,7 @@ class CommandGateway:
         self._prepare: Callable[[], None] | None = None
         if bus is None:
             from connectors.postgres import make_engine
-            from infra.cli_events import (
+            from infra.commands import (
                 command_bus,
                 load_registry,
                 prepare_database,
@@ -338,7 +338,7 @@ def create_app(
     first wait). Raises :class:`~tributary.errors.TributaryError` when the views or the
     command handlers cannot be loaded, or the views' queries cannot be served together."""
     if views is None:
-        from infra.cli_views import views_config
+        from infra.views import views_config
         from spark_streaming.views import configured_views
 
         views = configured_views(views_config(settings))

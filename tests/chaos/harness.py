@@ -33,11 +33,12 @@ from connectors.postgres import make_engine
 from event_store import create_schema
 from event_store.command_topic import CommandClient, ensure_topics
 from examples.social import prepare_database
-from infra.cli_views import views_config
+from infra.polling import poll_until
 from infra.settings import Settings
 from infra.stack import LocalStack
 from infra.stack.process import children, is_alive
 from infra.verify import verify
+from infra.views import views_config
 from projections.view import View
 from spark_streaming.views import configured_views
 from tests.chaos.compare import Diffs, compare_all, new_since, totals
@@ -104,16 +105,10 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def wait_until(check: Callable[[], bool], timeout: float, what: str, every: float = 0.5) -> float:
-    """Poll ``check`` (exceptions count as False); seconds taken, TimeoutError when late."""
-    started = time.monotonic()
-    while True:
-        with contextlib.suppress(Exception):
-            if check():
-                return time.monotonic() - started
-        if time.monotonic() - started > timeout:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
+def wait_until(check: Callable[[], object], timeout: float, what: str, every: float = 0.5) -> float:
+    """Poll ``check`` while the parts restart (any exception counts as not yet): seconds taken,
+    :class:`TimeoutError` when late."""
+    return poll_until(check, timeout, what, every, retry_on=(Exception,))
 
 
 class Harness:

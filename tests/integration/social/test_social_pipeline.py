@@ -32,10 +32,10 @@ from examples.social.views.reference import (
     expected_search,
     expected_timelines,
 )
-from infra.cli_events import command_bus, load_registry, register_schemas
-from infra.cli_views import views_config
+from infra.commands import command_bus, load_registry, register_schemas
 from infra.http_api import create_app
 from infra.settings import Settings, load_settings
+from infra.views import views_config
 from spark_streaming.views import configured_views
 from tests.integration.cdc_process import CdcProcess
 from tests.integration.conftest import Endpoints

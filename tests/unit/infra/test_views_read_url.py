@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from connectors.errors import StoreUnavailableError
-from infra.cli_views import views_config
 from infra.settings import load_settings
+from infra.views import views_config
 from spark_streaming.views import configured_views
 from tests.ports import free_port_block
 
