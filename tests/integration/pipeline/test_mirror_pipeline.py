@@ -5,13 +5,14 @@ types, a column added mid-stream, and the view process killed with kill -9 on th
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from infra.polling import poll_until
 from tests.integration.cdc_process import CdcProcess
 from tests.integration.conftest import Endpoints
 from tests.integration.pipeline.views_process import ViewsProcess
@@ -118,13 +119,6 @@ def strip_meta(found: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return {k: {c: v for c, v in r.items() if c not in meta} for k, r in found.items()}
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(1)
-
-
 @pytest.fixture
 def source(stack: Endpoints, unique: str) -> Iterator[str]:
     table = f"pipe_{unique}"
@@ -169,7 +163,7 @@ def test_postgres_to_debezium_to_the_spark_mirror_survives_kill_9(
     writer.start()
     try:
         mirror = f"{schema}.public_{source}"
-        wait_for(lambda: workload.done > 700, 120, "the workload to get going")
+        poll_until(lambda: workload.done > 700, 120, "the workload to get going")
 
         def mirrored_some() -> bool:
             try:
@@ -177,7 +171,7 @@ def test_postgres_to_debezium_to_the_spark_mirror_survives_kill_9(
             except psycopg.Error:
                 return False
 
-        wait_for(mirrored_some, 180, "the first rows in the mirror")
+        poll_until(mirrored_some, 180, "the first rows in the mirror")
         assert views.alive(), views.output()
         views.kill9()  # mid-workload, most likely inside a batch
         time.sleep(2)
@@ -194,7 +188,7 @@ def test_postgres_to_debezium_to_the_spark_mirror_survives_kill_9(
                 return False
             return strip_meta(got) == source_rows
 
-        wait_for(converged, 300, "the mirror to equal the source table")
+        poll_until(converged, 300, "the mirror to equal the source table")
         mirrored = rows(stack.postgres_dsn, mirror)
         assert len(mirrored) > 100
         # Same types as the source, column added mid-stream included; applied counts exact.
