@@ -18,8 +18,8 @@ from collections import Counter
 from typing import Any, ClassVar
 
 from connectors.kafka.config import ClientValue
+from examples.social.feed import Headers, SocialFeed
 from examples.social.views.reference import SocialState
-from tests.integration.social.feed import Headers, SocialFeed
 
 MIX = (
     ("rename", 0.02),

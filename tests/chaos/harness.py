@@ -33,9 +33,12 @@ from connectors.postgres import make_engine
 from event_store import create_schema
 from event_store.command_topic import CommandClient, ensure_topics
 from examples.social import prepare_database
+from infra.command_results import Results
+from infra.commands import command_topics
 from infra.polling import poll_until
 from infra.settings import Settings
 from infra.stack import LocalStack
+from infra.stack.isolated import isolated_settings, settings_env
 from infra.stack.process import children, is_alive
 from infra.verify import verify
 from infra.views import views_config
@@ -44,8 +47,6 @@ from spark_streaming.views import configured_views
 from tests.chaos.compare import Diffs, compare_all, new_since, totals
 from tests.chaos.loss import TailLoss
 from tests.chaos.workload import USERS, Workload, add_user, post_command
-from tests.command_results import Results, topics_of
-from tests.stackenv import isolated_settings, settings_env
 from tributary.errors import TributaryError
 
 SUPERVISED = ("cdc", "commands", "views", "api")
@@ -158,7 +159,7 @@ class Harness:
         with psycopg.connect(self.s.postgres().dsn, autocommit=True) as conn:
             for user_id in [*range(1, USERS + 1), PROBE_AUTHOR, PROBE_FOLLOWER]:
                 add_user(conn, user_id)
-        ensure_topics(self.s.kafka("chaos"), topics_of(self.s))
+        ensure_topics(self.s.kafka("chaos"), command_topics(self.s))
         self.start_supervisor()
         wait_until(
             lambda: httpx.get(f"{self.api}/health", timeout=5).status_code < 500,
@@ -332,7 +333,7 @@ class Harness:
 
         def topic() -> None:
             assert self.results is not None
-            client = CommandClient(self.s.kafka("chaos-probe"), topics_of(self.s))
+            client = CommandClient(self.s.kafka("chaos-probe"), command_topics(self.s))
             data = {"post_id": by_topic, "author_id": PROBE_AUTHOR, "text": text}
             while time.monotonic() < deadline:
                 try:

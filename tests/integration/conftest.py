@@ -19,7 +19,7 @@ from connectors.kafka import KafkaConfig
 from connectors.postgres import PostgresConfig
 from infra.settings import Settings, load_settings
 from infra.stack import LocalStack
-from tests.stackenv import isolated_settings
+from infra.stack.isolated import isolated_settings
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ from confluent_kafka import Producer
 from connectors.kafka import KafkaConfig, TopicAdmin, history_topic, state_topic
 from examples.social.activity import ActivityEvent, ActivityPlan, ActivityProducer, generate
 from examples.social.analytics.common import AnalyticsConfig
+from examples.social.feed import social_outbox
 from projections.time import MINUTE_MS, Lateness
-from tests.integration.social.feed import social_outbox
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 TAGS = ("kafka", "spark", "flink", "stream", "window", "join")

@@ -9,11 +9,11 @@ import redis
 from fastapi.testclient import TestClient
 
 from infra.http_api import create_app
+from infra.stack.isolated import free_port_block
 from projections.view import View
 from tests.integration.api.library import BatchWaiter, build_views, fill
 from tests.integration.conftest import Endpoints
 from tests.integration.event_store.conftest import StoreEnv, env  # noqa: F401  (fixture)
-from tests.ports import free_port_block
 
 
 @pytest.fixture

@@ -18,11 +18,11 @@ from sqlalchemy import text
 from connectors.postgres import PostgresConfig, make_engine
 from event_store import drop_schema
 from examples.social import create_users_table, upsert_user
+from infra.stack.isolated import free_port_block
 from projections.view import View
 from tests.integration.api.library import USERS_SCHEMA_ENV
 from tests.integration.api.test_cli_query import ROOT, query_env
 from tests.integration.conftest import Endpoints
-from tests.ports import free_port_block
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from infra.stack.isolated import free_port_block
 from spark_streaming.views import ViewsConfig
 from tests.integration.spark_streaming.changefeed import ChangeFeed, applied_counts, mirror_rows
 from tests.integration.spark_streaming.test_crash_recovery import driver, view_table
-from tests.ports import free_port_block
 
 SPARK_HOME = Path(pyspark.__file__).parent
 

@@ -14,7 +14,7 @@ from cdc.connector import topic_spec_for
 from cdc.publisher import LSN_HEADER, OutgoingChange
 from connectors.changes import TXID_HEADER, Row
 from connectors.kafka import KafkaConfig, TopicAdmin
-from tests.integration.social.feed import social_outbox
+from examples.social.feed import social_outbox
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

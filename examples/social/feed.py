@@ -2,7 +2,8 @@
 Debezium changes of the CRUD table, posts and follows as the outbox's Avro events. It keeps
 its own model of the source of truth (:class:`SocialState`) to compare the views with.
 
-Used by the fast view tests; the end-to-end tests run the real connector and event store.
+Used by the fast view tests and the benchmarks; the end-to-end tests run the real connector
+and event store.
 """
 
 import json
