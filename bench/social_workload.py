@@ -36,11 +36,9 @@ class BenchFeed(SocialFeed):
     keeping a copy of every record sent."""
 
     producer_properties: ClassVar[dict[str, ClientValue]] = {
-        "enable.idempotence": True,
         "linger.ms": 20,
         "batch.size": 1_000_000,
         "queue.buffering.max.messages": 1_000_000,
-        "partitioner": "murmur2_random",
     }
 
     def event_topic_prefix(self) -> str:

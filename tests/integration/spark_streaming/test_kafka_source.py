@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 
 from connectors.kafka import KafkaConfig, TopicAdmin, TopicSpec
 from connectors.kafka.offsets import probe_consumer, true_watermarks
+from connectors.kafka.producing import idempotent_producer
 from infra.polling import poll_until
 from spark_streaming.kafka_offsets import OffsetRange
 from spark_streaming.kafka_options import KafkaSourceOptions
@@ -27,7 +28,7 @@ def produce(kafka: KafkaConfig, topic: str, count: int, partitions: int, seed: i
     """Records in batches (so the broker stores multi-record batches), some with null key or
     value, some with headers."""
     rng = random.Random(seed)
-    producer = Producer(kafka.client_properties(**{"linger.ms": 50, "enable.idempotence": True}))
+    producer = idempotent_producer(kafka, {"linger.ms": 50})
     for i in range(count):
         key = None if i % 17 == 0 else f"k{rng.randrange(200)}".encode()
         value = None if i % 23 == 0 else f"value-{i}".encode() * rng.randrange(1, 4)
