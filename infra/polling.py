@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from infra.errors import WaitTimeoutError
 
-__all__ = ["WaitTimeoutError", "poll_until"]
+__all__ = ["Deadline", "WaitTimeoutError", "poll_until"]
 
 
 def poll_until(
@@ -36,3 +36,15 @@ def poll_until(
                 f"timed out after {timeout:.0f}s waiting for {what}{because}"
             ) from last
         time.sleep(min(every, max(deadline - time.monotonic(), 0.0)))
+
+
+class Deadline:
+    """One time budget shared by several waits: each takes what is left, at most its own
+    bound, so the waits together never outlast the budget."""
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+
+    def left(self, at_most: float = float("inf")) -> float:
+        """Seconds left (0 when none), at most ``at_most``."""
+        return max(0.0, min(at_most, self.at - time.monotonic()))

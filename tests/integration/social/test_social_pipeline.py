@@ -10,7 +10,6 @@ own Redis database), so nothing it does meets another test's data.
 
 import random
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ from examples.social.views.reference import (
 )
 from infra.commands import command_bus, load_registry, register_schemas
 from infra.http_api import create_app
-from infra.polling import poll_until
+from infra.polling import Deadline, poll_until
 from infra.settings import Settings, load_settings
 from infra.views import views_config
 from spark_streaming.views import configured_views
@@ -210,17 +209,9 @@ TEST_TIMEOUT_S = 420
 BUDGET_S = TEST_TIMEOUT_S - 30
 
 
-class Budget:
-    def __init__(self, seconds: float) -> None:
-        self.deadline = time.monotonic() + seconds
-
-    def left(self, at_most: float) -> float:
-        return max(0.0, min(at_most, self.deadline - time.monotonic()))
-
-
 @pytest.mark.timeout(TEST_TIMEOUT_S)
 def test_the_views_follow_the_source_of_truth_through_a_kill_9(world: World) -> None:
-    budget = Budget(BUDGET_S)
+    budget = Deadline(BUDGET_S)
     views = list(configured_views(views_config(world.settings)).values())
     by_name = {v.name: v for v in views}
     world.cdc.start()
@@ -293,14 +284,18 @@ def test_the_views_follow_the_source_of_truth_through_a_kill_9(world: World) -> 
         )
         assert done.status_code == 200 and done.json()["status"] == "accepted"
         token = done.json()["position_token"]
-        hits = client.get("/search", params={"q": "zqxyz", "min_position": token, "timeout": 60})
+        hits = client.get(
+            "/search", params={"q": "zqxyz", "min_position": token, "timeout": budget.left(60)}
+        )
         assert hits.status_code == 200 and [h["post_id"] for h in hits.json()] == [10**6]
         assert hits.json()[0]["author_handle"] == truth.users[author]["handle"]
-        profile = client.get(f"/profile/{author}", params={"min_position": token, "timeout": 60})
+        profile = client.get(
+            f"/profile/{author}", params={"min_position": token, "timeout": budget.left(60)}
+        )
         assert profile.json()["posts"] == expected_profiles(truth)[author]["posts"] + 1
         if follower is not None:
             timeline = client.get(
-                f"/timeline/{follower}", params={"min_position": token, "timeout": 60}
+                f"/timeline/{follower}", params={"min_position": token, "timeout": budget.left(60)}
             )
             assert timeline.json()[0]["post_id"] == 10**6
         bad = client.post("/commands", json={"type": "CreatePost", "data": {"post_id": "x"}})
