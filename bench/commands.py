@@ -17,7 +17,7 @@ its own process (so Python's GIL is not what is measured):
 - ``bus EditPost``: the same on 50 existing posts per sender (a load with events);
 - ``http``: ``POST /commands`` of the HTTP API (``infra.http_api.create_app`` under
   uvicorn in a child process, as ``tributary serve`` runs it, over the same bus), driven by
-  httpx from 1 and 4 sender processes; skipped when ``infra/http_api.py`` is absent.
+  httpx from 1 and 4 sender processes; skipped when ``infra/http_api`` is absent.
 """
 
 import argparse
@@ -56,7 +56,7 @@ class Case:
 
 
 def _have_http_api() -> bool:
-    return (ROOT / "infra" / "http_api.py").exists()
+    return (ROOT / "infra" / "http_api").exists()
 
 
 # -- the bus, as the command processor and the HTTP API build it ----------------------------
@@ -255,7 +255,7 @@ def main() -> None:
                 with http_server(url, names) as base:
                     report(url, names | {"http": base}, args.seconds, args.rounds)
             else:
-                print("infra/http_api.py is absent (or --no-http): the HTTP cases are skipped")
+                print("infra/http_api is absent (or --no-http): the HTTP cases are skipped")
                 report(url, names, args.seconds, args.rounds)
         finally:
             cleanup(url, names)

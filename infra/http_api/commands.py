@@ -1,0 +1,227 @@
+"""``POST /commands``: the ``commands`` topic's envelope in, run through the same command bus
+as the command processor; ``wait_views=true`` then waits for the result's position token."""
+
+import json
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import FastAPI, Request
+from fastapi import Query as QueryField
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse
+from sqlalchemy import Engine
+from starlette.concurrency import run_in_threadpool
+
+from event_store import CommandBus, CommandRegistry, Rejected
+from event_store.command import CommandResult
+from event_store.command_topic import MAX_COMMAND_ID_CHARS, CommandEnvelope, parse_envelope
+from event_store.errors import (
+    CommandDecodeError,
+    ConcurrencyError,
+    EventStoreError,
+    MalformedCommandError,
+    StorageError,
+    UnknownCommandTypeError,
+)
+from infra.http_api.errors import (
+    AUTH_RESPONSES,
+    ERROR_RESPONSES,
+    MAX_TIMEOUT_S,
+    LaggingBody,
+    error,
+)
+from infra.settings import Settings
+from infra.view_queries import bounded, lagging_views, reason_of, unavailable
+from tributary.redact import redact
+
+if TYPE_CHECKING:
+    from infra.http_api.app import Api
+
+
+class CommandGateway:
+    """Runs commands through the bus; the database is prepared (schema, the domain's tables)
+    on the first command, as the processor does, and again after a failure."""
+
+    def __init__(self, settings: Settings, bus: CommandBus | None) -> None:
+        self._prepare: Callable[[], None] | None = None
+        if bus is None:
+            from connectors.postgres import make_engine
+            from infra.commands import (
+                command_bus,
+                load_registry,
+                prepare_database,
+                register_schemas,
+            )
+
+            registry, module = load_registry(settings.command_handlers)
+            engine = make_engine(settings.postgres())
+            bus = command_bus(settings, engine, registry)
+
+            def prepare() -> None:
+                register_schemas(settings, registry)
+                prepare_database(settings, engine, module)
+
+            self._prepare = prepare
+        self.bus = bus
+        self._lock = threading.Lock()
+
+    @property
+    def registry(self) -> CommandRegistry:
+        return self.bus.registry
+
+    @property
+    def engine(self) -> Engine:
+        return self.bus.store.engine
+
+    def handle(self, envelope: CommandEnvelope) -> CommandResult:
+        """The command's result; raises the registry's decode errors for a command that does
+        not fit its type, and the database's errors when it fails."""
+        command = self.registry.decode(envelope.type, envelope.data)
+        with self._lock:
+            if self._prepare is not None:
+                self._prepare()
+                self._prepare = None
+        # Data the database refuses (a NUL character, an integer beyond bigint) and a
+        # handler's exception come back from the bus as the command's recorded rejection,
+        # as the processor answers them (event_store.faults); a StorageError is the
+        # database failing (503).
+        try:
+            return self.bus.send(command, envelope.command_id)
+        except ConcurrencyError as exc:
+            return Rejected(envelope.command_id, f"gave up after retries: {exc}")
+        except StorageError:
+            raise
+        except EventStoreError as exc:  # as the processor answers it
+            return Rejected(envelope.command_id, str(exc))
+
+
+def read_envelope(body: bytes) -> CommandEnvelope:
+    """The request body as a command envelope (a new ``command_id`` when it has none)."""
+    try:
+        return _read_envelope(body)
+    except RecursionError as exc:
+        raise MalformedCommandError("the body nests arrays or objects too deeply") from exc
+
+
+def _read_envelope(body: bytes) -> CommandEnvelope:
+    try:
+        parsed = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MalformedCommandError(f"the body is not JSON: {exc}") from exc
+    except ValueError as exc:  # json reads integers of at most sys.get_int_max_str_digits()
+        raise MalformedCommandError(
+            f"the body holds an integer of more than {sys.get_int_max_str_digits()} digits"
+        ) from exc
+    if not isinstance(parsed, dict):
+        raise MalformedCommandError(
+            'the body must be a JSON object {"type": ..., "data": {...}, "command_id": ...}'
+        )
+    if parsed.get("command_id") is None:
+        parsed["command_id"] = str(uuid.uuid4())
+    if "type" not in parsed:
+        raise MalformedCommandError("type is missing (the command type, e.g. CreatePost)")
+    if "data" not in parsed:
+        raise MalformedCommandError("data is missing (the command's fields as a JSON object)")
+    try:
+        # JSON's \u escapes can spell lone UTF-16 surrogates, which are not text: neither
+        # UTF-8 nor PostgreSQL can hold them
+        envelope = json.dumps(parsed, ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end].encode("unicode_escape").decode()
+        raise MalformedCommandError(
+            f"the body holds a lone surrogate ({bad}): strings must be Unicode text"
+        ) from exc
+    return parse_envelope(envelope)
+
+
+def envelope_schema(registry: CommandRegistry) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["type", "data"],
+        "additionalProperties": False,
+        "properties": {
+            "command_id": {
+                "type": ["string", "null"],
+                "minLength": 1,
+                "maxLength": MAX_COMMAND_ID_CHARS,
+                "description": "Idempotency key, not blank: the same id again returns the first"
+                " result and appends nothing (absent or null: a new UUID).",
+            },
+            "type": {"type": "string", "enum": registry.names(), "description": "Command type."},
+            "data": {"type": "object", "description": "The command's fields."},
+        },
+    }
+
+
+def add_command_route(app: FastAPI, api: "Api") -> None:
+    async def post_command(
+        request: Request,
+        wait_views: Annotated[
+            bool,
+            QueryField(description="Wait until every view applied the command's position token."),
+        ] = False,
+        timeout: Annotated[
+            float, QueryField(ge=0, le=MAX_TIMEOUT_S, description="Seconds to wait for views.")
+        ] = 10.0,
+    ) -> JSONResponse:
+        try:
+            envelope = read_envelope(await request.body())
+        except MalformedCommandError as exc:
+            return error(422, exc.reason)
+        try:
+            result = await run_in_threadpool(api.commands.handle, envelope)
+        except (UnknownCommandTypeError, CommandDecodeError) as exc:
+            return error(422, str(exc))
+        except Exception as exc:
+            if unavailable(exc):
+                return error(503, f"the command was not handled: {reason_of(exc)}")
+            raise
+        body = result.to_json()
+        if isinstance(body.get("reason"), str):  # a rejection may quote a driver's error
+            body["reason"] = redact(bounded(body["reason"]))
+        token = body.get("position_token")
+        if wait_views and body.get("status") == "accepted" and isinstance(token, str):
+            try:
+                await run_in_threadpool(api.waiter.wait, token, timeout)
+            except Exception as exc:
+                lagging = lagging_views(exc)
+                if lagging is not None:
+                    return error(504, reason_of(exc), lagging=list(lagging), result=body)
+                if unavailable(exc):
+                    return error(503, reason_of(exc), result=body)
+                raise
+        return JSONResponse(jsonable_encoder(body))
+
+    app.add_api_route(
+        "/commands",
+        post_command,
+        methods=["POST"],
+        summary="Run a command",
+        description=(
+            "Runs the command through the command bus (the processor's: same handlers, "
+            "snapshots and retries) and answers its result: 200 with status `accepted` or "
+            "`rejected` (nothing stored; also for data the database cannot store, a NUL "
+            "character or an integer beyond bigint, and for a handler that failed), 422 for "
+            "a malformed envelope, an unknown command type or data the type cannot decode, "
+            "503 when the database fails. With "
+            "`wait_views=true` it answers once every view applied the result's "
+            "`position_token` (504 naming the lagging views, with the result, if not in time)."
+        ),
+        tags=["commands"],
+        dependencies=[] if api.command_guard is None else [api.command_guard],
+        responses={
+            200: {"description": "The command's result (`status` says which)."},
+            **({} if api.command_guard is None else AUTH_RESPONSES),
+            **ERROR_RESPONSES,
+            504: {"model": LaggingBody, "description": "Accepted, but views lag (see result)."},
+        },
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": envelope_schema(api.commands.registry)}},
+            }
+        },
+    )
