@@ -24,7 +24,6 @@ import argparse
 import multiprocessing as mp
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from append import PGBENCH_PLAIN, database, pgbench  # noqa: E402
+from rounds import Rounds  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 
 from event_store import create_schema, drop_schema  # noqa: E402
@@ -272,20 +272,13 @@ def report(url: str, names: dict[str, str], seconds: float, rounds: int) -> None
         runs[f"pgbench insert, {n} client(s)"] = partial(pgbench, url, plain, n, seconds)
         for case in (c for c in cases if c.senders == n):
             runs[case.name] = partial(run_case, url, names, case, seconds)
-    samples: dict[str, list[float]] = {label: [] for label in runs}
     print(
         f"{rounds} round(s), each case {seconds:.0f} s per round, rounds interleaved; median "
         "commands/s (pgbench: single-row INSERT commits/s)",
         flush=True,
     )
-    for r in range(rounds):
-        for label, run in runs.items():
-            samples[label].append(run())
-        print(f"  round {r + 1}/{rounds} done", flush=True)
-    rate = {label: statistics.median(values) for label, values in samples.items()}
-    for label, values in samples.items():
-        spread = f"{min(values):>9,.0f} .. {max(values):>9,.0f}" if len(values) > 1 else ""
-        print(f"  {label:<34} {rate[label]:>10,.0f} /s   {spread}")
+    measured = Rounds(runs).run(rounds)
+    measured.print_rates(34)
     print(
         "\nratios (aim >= 0.4; one read and one write transaction per command: 0.5 is the "
         "limit): of the medians, and the median of each round's own ratio (steadier when "
@@ -293,11 +286,8 @@ def report(url: str, names: dict[str, str], seconds: float, rounds: int) -> None
     )
     for case in cases:
         baseline = f"pgbench insert, {case.senders} client(s)"
-        rounds_ = [c / b for c, b in zip(samples[case.name], samples[baseline], strict=True)]
-        print(
-            f"  {case.name} / {baseline}: {rate[case.name] / rate[baseline]:.2f}"
-            f"   per round {statistics.median(rounds_):.2f}"
-        )
+        of_medians, per_round = measured.ratio(case.name, baseline)
+        print(f"  {case.name} / {baseline}: {of_medians:.2f}   per round {per_round:.2f}")
 
 
 if __name__ == "__main__":
