@@ -2,7 +2,6 @@
 loaded by name: the framework never imports a domain (``examples/``) itself."""
 
 import importlib
-import os
 from typing import Any
 
 import typer
@@ -32,11 +31,18 @@ def load_named(spec: str, what: str, variable: str, default_attribute: str) -> t
 
 
 def add_cli_plugins(app: typer.Typer) -> None:
-    """Add the Typer apps ``TRIBUTARY_CLI_PLUGINS`` names (``module:app``, comma-separated) to
-    the CLI. Read from the environment before the settings are validated, so ``--help`` and
-    every other command work whatever else is set; a plug-in that cannot be loaded is left
-    out (``tributary settings`` and any command needing the settings say what is wrong)."""
-    specs = os.environ.get("TRIBUTARY_CLI_PLUGINS", DEFAULT_CLI_PLUGINS)
+    """Add the Typer apps the ``cli_plugins`` setting names (``module:app``, comma-separated)
+    to the CLI. With settings that do not validate, the default plug-ins are added (every
+    command that needs the settings then says what is wrong); a plug-in that cannot be loaded
+    is left out."""
+    from pydantic import ValidationError
+
+    from infra.settings import load_settings
+
+    try:
+        specs = load_settings().cli_plugins
+    except (ValidationError, ValueError, OSError):
+        specs = DEFAULT_CLI_PLUGINS
     for spec in (s.strip() for s in specs.split(",")):
         if not spec:
             continue

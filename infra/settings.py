@@ -409,7 +409,7 @@ class Settings(BaseSettings):
         description="module:factory returning the CommandRegistry the processor serves.",
     )
     cli_plugins: str = Field(
-        "examples.social.activity_cli:activity_app",
+        "examples.social.activity_cli:activity_app",  # = infra.plugins.DEFAULT_CLI_PLUGINS
         description="Typer apps (module:app, comma-separated) the CLI adds as commands; the"
         " default adds the demo domain's `tributary activity`.",
     )
