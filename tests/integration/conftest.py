@@ -53,30 +53,15 @@ class Endpoints:
         return self.settings.cache_url
 
 
-#: Tests that start Spark in a child process (`tributary run views`, a Spark driver of their
-#: own, a standalone cluster, the demo): with pytest-xdist they run in the same worker as the
-#: tests on the session's SparkSession, one after another, so that two Spark drivers never
-#: share the two cores while the other worker runs everything else.
-SPARK_IN_A_CHILD = (
-    "analytics/",
-    "pipeline/test_mirror_pipeline.py",
-    "social/test_social_pipeline.py",
-    "spark_streaming/",
-    "test_demo.py",
-    "test_run_supervisor.py",
-    "test_views_read_role.py",
-)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        path = str(item.fspath)
-        if "/integration/" not in path:
+        if "/integration/" not in str(item.fspath):
             continue
         item.add_marker(pytest.mark.integration)
-        where = path.split("/integration/", 1)[1]
-        uses_spark = "spark" in getattr(item, "fixturenames", ())
-        if uses_spark or where.startswith(SPARK_IN_A_CHILD):
+        if "spark" in getattr(item, "fixturenames", ()):
+            # With pytest-xdist (`make test`), every test on the session's SparkSession runs in
+            # one worker, one after another: one SparkSession in all, never one per worker.
+            # Tests that start Spark in a child process go to whichever worker is free.
             item.add_marker(pytest.mark.xdist_group("spark"))
 
 
