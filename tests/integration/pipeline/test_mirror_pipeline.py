@@ -183,7 +183,6 @@ def test_postgres_to_debezium_to_the_spark_mirror_survives_kill_9(
             "the first rows in the mirror",
             retry_on=(psycopg.errors.UndefinedTable,),  # until the first batch creates it
         )
-        assert writer.is_alive(), "the workload ended before the kill: nothing was mid-batch"
         views.kill9()  # mid-workload, most likely inside a batch
         views.start()
         writer.join(budget.left(240))
