@@ -24,8 +24,10 @@ when the views did not catch up with a token in time. Reasons never carry a pass
 (:func:`tributary.redact.redact`).
 """
 
-from infra.http_api.app import Api, create_app
-from infra.http_api.commands import CommandGateway, read_envelope
+from infra.http_api.api import Api
+from infra.http_api.app import create_app
+from infra.http_api.commands import read_envelope
+from infra.http_api.gateway import CommandGateway
 from infra.http_api.metrics import metrics_text
 
 __all__ = ["Api", "CommandGateway", "create_app", "metrics_text", "read_envelope"]

@@ -2,37 +2,24 @@
 of each concern together (commands, health, metrics, the views' queries; errors and auth)."""
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from fastapi import FastAPI
-from fastapi.params import Depends as DependsParam
 
 from event_store import CommandBus
+from infra.http_api.api import Api
 from infra.http_api.auth import command_guard, read_guard
-from infra.http_api.commands import CommandGateway, add_command_route
+from infra.http_api.commands import add_command_route
 from infra.http_api.errors import install_error_handlers
+from infra.http_api.gateway import CommandGateway
 from infra.http_api.health import add_health_route
 from infra.http_api.metrics import add_metrics_route
 from infra.http_api.queries import add_query_route
 from infra.settings import Settings
-from infra.view_queries import LazyWaiter, ViewQuery, Waiter, declared_queries, default_waiter
+from infra.view_queries import LazyWaiter, Waiter, declared_queries, default_waiter
 from projections.view import View
 from tributary.redact import install_log_redaction, register_secret
 
-__all__ = ["Api", "create_app"]
-
-
-@dataclass
-class Api:
-    """What the routes share."""
-
-    settings: Settings
-    views: list[View]
-    queries: dict[str, ViewQuery]
-    commands: CommandGateway
-    waiter: Waiter
-    command_guard: DependsParam | None = None
-    read_guard: DependsParam | None = None
+__all__ = ["create_app"]
 
 
 def create_app(

@@ -3,7 +3,7 @@ generation and last batch), else 503 naming the failing checks."""
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
@@ -11,12 +11,10 @@ from pydantic import BaseModel
 from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
+from infra.http_api.api import Api
 from infra.view_queries import reason_of
 from projections.view import View
 from tributary.redact import redact_data
-
-if TYPE_CHECKING:
-    from infra.http_api.app import Api
 
 
 class HealthBody(BaseModel):
@@ -27,7 +25,7 @@ class HealthBody(BaseModel):
     error: str | None = None
 
 
-def add_health_route(app: FastAPI, api: "Api") -> None:
+def add_health_route(app: FastAPI, api: Api) -> None:
     def database() -> dict[str, Any]:
         with api.commands.engine.connect() as conn:
             conn.execute(text("SELECT 1"))

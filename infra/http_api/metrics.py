@@ -11,7 +11,6 @@ all labelled ``view``.
 """
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
@@ -20,10 +19,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.concurrency import run_in_threadpool
 
+from infra.http_api.api import Api
 from projections.view import View
-
-if TYPE_CHECKING:
-    from infra.http_api.app import Api
 
 __all__ = ["PROMETHEUS_TEXT", "ViewCollector", "add_metrics_route", "metrics_text"]
 
@@ -69,7 +66,7 @@ def metrics_text(views: Sequence[View]) -> str:
     return generate_latest(registry).decode()
 
 
-def add_metrics_route(app: FastAPI, api: "Api") -> None:
+def add_metrics_route(app: FastAPI, api: Api) -> None:
     async def metrics() -> PlainTextResponse:
         text = await run_in_threadpool(metrics_text, api.views)
         return PlainTextResponse(text, media_type=PROMETHEUS_TEXT)

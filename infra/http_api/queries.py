@@ -4,7 +4,7 @@ its path and query-string parameters typed and range-checked from its
 the route's path and query parameters); ``min_position`` waits for a position token before the
 query runs."""
 
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import Annotated, Any, cast
 
 from fastapi import FastAPI
 from fastapi import Path as PathField
@@ -13,6 +13,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, create_model
 
+from infra.http_api.api import Api
 from infra.http_api.errors import AUTH_RESPONSES, MAX_TIMEOUT_S, QUERY_RESPONSES, failure_response
 from infra.view_queries import (
     MIN_POSITION,
@@ -24,9 +25,6 @@ from infra.view_queries import (
     with_defaults,
 )
 from projections.view import QueryParam
-
-if TYPE_CHECKING:
-    from infra.http_api.app import Api
 
 __all__ = ["add_query_route", "parameter_models"]
 
@@ -69,7 +67,7 @@ def parameter_models(entry: ViewQuery) -> tuple[type[BaseModel], type[BaseModel]
     )
 
 
-def add_query_route(app: FastAPI, api: "Api", entry: ViewQuery) -> None:
+def add_query_route(app: FastAPI, api: Api, entry: ViewQuery) -> None:
     PathParameters, QueryParameters = parameter_models(entry)
 
     def endpoint(
