@@ -4,6 +4,9 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 APT_PACKAGES = postgresql-15 postgresql-contrib redis-server openjdk-17-jre-headless
 PYTEST_ARGS ?=
+# The suite runs in two processes (pytest-xdist), each with its own local stack; every test on
+# the session's SparkSession runs in one of them (the "spark" group, tests/integration/conftest.py).
+TEST_WORKERS ?= 2
 
 .PHONY: setup system-packages test unit integration lint demo bench chaos clean
 
@@ -28,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

@@ -69,12 +69,12 @@ from examples.social.activity import (
 )
 from examples.social.analytics import AnalyticsConfig, corrected_view, ctr_view, sessions_view
 from infra.stack import LocalStack
+from infra.stack.isolated import isolated_settings
 from projections.time import Lateness
 from projections.view import View
 from spark_streaming.session import spark_session
 from spark_streaming.stream import has_spark_kafka_connector
 from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
-from tests.stackenv import isolated_settings
 
 EVENTS_PER_SESSION = 8.75  # generate(): 1-6 searches per session, 0-3 clicks per search
 JOBS: dict[str, Callable[[AnalyticsConfig], View]] = {

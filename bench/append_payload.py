@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from sqlalchemy import create_engine
 
 from bench.append import database
+from connectors.schema_registry.memory import MemoryRegistry
 from event_store import EventCodec, EventRegistry, EventStore, create_schema, drop_schema
 from examples.social.posts import POST_EVENTS, PostCreated
-from tests.memory_registry import MemoryRegistry
 
 SCHEMA = "bench_payload"
 

@@ -17,14 +17,13 @@ its own process (so Python's GIL is not what is measured):
 - ``bus EditPost``: the same on 50 existing posts per sender (a load with events);
 - ``http``: ``POST /commands`` of the HTTP API (``infra.http_api.create_app`` under
   uvicorn in a child process, as ``tributary serve`` runs it, over the same bus), driven by
-  httpx from 1 and 4 sender processes; skipped when ``infra/http_api.py`` is absent.
+  httpx from 1 and 4 sender processes; skipped when ``infra/http_api`` is absent.
 """
 
 import argparse
 import multiprocessing as mp
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from append import PGBENCH_PLAIN, database, pgbench  # noqa: E402
+from rounds import Rounds  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 
 from event_store import create_schema, drop_schema  # noqa: E402
@@ -56,7 +56,7 @@ class Case:
 
 
 def _have_http_api() -> bool:
-    return (ROOT / "infra" / "http_api.py").exists()
+    return (ROOT / "infra" / "http_api").exists()
 
 
 # -- the bus, as the command processor and the HTTP API build it ----------------------------
@@ -65,7 +65,7 @@ def _have_http_api() -> bool:
 def build_bus(url: str, schema: str, users_schema: str) -> Any:
     from connectors.postgres import make_engine
     from examples.social import social_registry, users_table
-    from infra.cli_events import command_bus
+    from infra.commands import command_bus
     from infra.settings import load_settings
 
     settings = load_settings(postgres_url=url, event_store_schema=schema)
@@ -255,7 +255,7 @@ def main() -> None:
                 with http_server(url, names) as base:
                     report(url, names | {"http": base}, args.seconds, args.rounds)
             else:
-                print("infra/http_api.py is absent (or --no-http): the HTTP cases are skipped")
+                print("infra/http_api is absent (or --no-http): the HTTP cases are skipped")
                 report(url, names, args.seconds, args.rounds)
         finally:
             cleanup(url, names)
@@ -272,20 +272,13 @@ def report(url: str, names: dict[str, str], seconds: float, rounds: int) -> None
         runs[f"pgbench insert, {n} client(s)"] = partial(pgbench, url, plain, n, seconds)
         for case in (c for c in cases if c.senders == n):
             runs[case.name] = partial(run_case, url, names, case, seconds)
-    samples: dict[str, list[float]] = {label: [] for label in runs}
     print(
         f"{rounds} round(s), each case {seconds:.0f} s per round, rounds interleaved; median "
         "commands/s (pgbench: single-row INSERT commits/s)",
         flush=True,
     )
-    for r in range(rounds):
-        for label, run in runs.items():
-            samples[label].append(run())
-        print(f"  round {r + 1}/{rounds} done", flush=True)
-    rate = {label: statistics.median(values) for label, values in samples.items()}
-    for label, values in samples.items():
-        spread = f"{min(values):>9,.0f} .. {max(values):>9,.0f}" if len(values) > 1 else ""
-        print(f"  {label:<34} {rate[label]:>10,.0f} /s   {spread}")
+    measured = Rounds(runs).run(rounds)
+    measured.print_rates(34)
     print(
         "\nratios (aim >= 0.4; one read and one write transaction per command: 0.5 is the "
         "limit): of the medians, and the median of each round's own ratio (steadier when "
@@ -293,11 +286,8 @@ def report(url: str, names: dict[str, str], seconds: float, rounds: int) -> None
     )
     for case in cases:
         baseline = f"pgbench insert, {case.senders} client(s)"
-        rounds_ = [c / b for c, b in zip(samples[case.name], samples[baseline], strict=True)]
-        print(
-            f"  {case.name} / {baseline}: {rate[case.name] / rate[baseline]:.2f}"
-            f"   per round {statistics.median(rounds_):.2f}"
-        )
+        of_medians, per_round = measured.ratio(case.name, baseline)
+        print(f"  {case.name} / {baseline}: {of_medians:.2f}   per round {per_round:.2f}")
 
 
 if __name__ == "__main__":

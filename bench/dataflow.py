@@ -59,12 +59,12 @@ from bench.spark_reads import plain_read_topics, source_alone
 from connectors.kafka import KafkaConfig, TopicAdmin
 from examples.social.analytics import AnalyticsConfig, analytics_views
 from infra.stack import LocalStack
+from infra.stack.isolated import isolated_settings
 from projections.time import Lateness
 from projections.view import View
 from spark_streaming.session import spark_session
 from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
 from spark_streaming.views import ViewsConfig, configured_views
-from tests.stackenv import isolated_settings
 
 USERS_TABLE = """CREATE TABLE IF NOT EXISTS public.users (
     id bigint PRIMARY KEY, handle text NOT NULL, display_name text, bio text)"""

@@ -39,12 +39,12 @@ from event_store import create_schema
 from event_store.command import Accepted, result_from_json
 from event_store.command_topic import CommandClient, CommandTopics, ensure_topics
 from examples.social import prepare_database, upsert_user, users_table
-from infra.cli_views import views_config
 from infra.settings import Settings
 from infra.stack import LocalStack
+from infra.stack.isolated import isolated_settings, settings_env
 from infra.supervision import Supervisor
+from infra.views import views_config
 from spark_streaming.views import configured_views
-from tests.stackenv import isolated_settings, settings_env
 
 USERS = 60
 

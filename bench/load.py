@@ -28,7 +28,7 @@ same client code and settings), both paths at once as in the load, ``--baseline-
 
 - topic path: a plain echo on the same broker. The senders produce to a request topic with
   ``CommandClient`` and wait on a ``command-results``-like reply topic with the load's own
-  reader (``tests.command_results.Results``); an echo child (confluent-kafka consumer and
+  reader (``infra.command_results.Results``); an echo child (confluent-kafka consumer and
   producer with the processor's properties and batch loop, no event store, no bus) answers
   each record. The ratio isolates the processor's own cost (the bus, PostgreSQL, the
   position save).
@@ -83,10 +83,11 @@ from connectors.kafka.reading import read_topic
 from connectors.postgres import make_engine
 from event_store.command_topic import PROCESSOR_CONSUMER, CommandClient, ensure_topics
 from examples.social import upsert_user, users_table
+from infra.command_results import Results
+from infra.commands import command_topics
 from infra.settings import Settings
 from infra.stack import LocalStack
-from tests.command_results import Results, topics_of
-from tests.stackenv import isolated_settings
+from infra.stack.isolated import isolated_settings
 
 USERS = 16
 
@@ -95,7 +96,7 @@ USERS = 16
 
 
 def _bus(settings: Settings) -> Any:
-    from infra.cli_events import command_bus, load_registry, prepare_database
+    from infra.commands import command_bus, load_registry, prepare_database
 
     registry, module = load_registry(settings.command_handlers)
     engine = make_engine(settings.postgres())
@@ -108,7 +109,7 @@ def run_processor(settings: Settings, out: Any) -> None:
 
     bus = _bus(settings)
     processor = CommandProcessor(
-        bus, settings.kafka("load-processor"), topics_of(settings), "load-processor"
+        bus, settings.kafka("load-processor"), command_topics(settings), "load-processor"
     )
     signal.signal(signal.SIGTERM, lambda *_: processor.stop())
     try:
@@ -169,7 +170,7 @@ def topic_sender(
     n: int, settings: Settings, results: Results, tally: Tally, until: float, hot: int, ids: Any
 ) -> None:
     rng = random.Random(n)
-    client = CommandClient(settings.kafka(f"load-sender-{n}"), topics_of(settings))
+    client = CommandClient(settings.kafka(f"load-sender-{n}"), command_topics(settings))
     while time.monotonic() < until:
         kind, data = command(rng, hot, ids)
         command_id = f"t{n}-{uuid.uuid4()}"
@@ -280,7 +281,7 @@ def baselines(settings: Settings, args: Any, ctx: Any) -> dict[str, Figures]:
     as the load runs its two paths. Twice: with the load's reply reader, then with a reader
     whose fetch wait is 10 ms (a diagnostic of the reader)."""
     echo = echo_settings(settings)
-    ensure_topics(echo.kafka("load-admin"), topics_of(echo))
+    ensure_topics(echo.kafka("load-admin"), command_topics(echo))
     out = ctx.Queue()
     port = free_port()
     echoer = ctx.Process(target=run_echo, args=(echo, out), name="echo")
@@ -301,7 +302,7 @@ def baselines(settings: Settings, args: Any, ctx: Any) -> dict[str, Figures]:
         for label, wait_ms in (("", None), (" 10ms", 10)):
             reader = Results(echo, f"load-echo-replies{label.strip()}", wait_ms)
             reader.start()
-            warm = CommandClient(echo.kafka("load-echo-warm"), topics_of(echo))
+            warm = CommandClient(echo.kafka("load-echo-warm"), command_topics(echo))
             warmed = reader.wait(warm.send("Echo", {}), 120)  # the echo's first assignment
             assert warmed is not None, "the echo did not answer within 120 s"
             tally, elapsed = drive(
@@ -344,7 +345,7 @@ def main() -> None:
     children: list[Any] = []
     try:
         engine = make_engine(settings.postgres())
-        topics = topics_of(settings)
+        topics = command_topics(settings)
         ensure_topics(settings.kafka("load-admin"), topics)
         t0 = time.monotonic()
         base_figures = baselines(settings, args, ctx)
@@ -537,7 +538,7 @@ def trace_missing(settings: Settings, engine: Any | None, missing: list[str]) ->
     """Where the answer of a command without a result was lost: whether the command is on
     ``commands``, whether the processor recorded a result (``engine``: its database), whether
     that result is on ``command-results`` (read whole again, apart from the load's reader)."""
-    topics = topics_of(settings)
+    topics = command_topics(settings)
     kafka = settings.kafka("load-trace")
     commands = [r.value or b"" for r in read_topic(kafka, topics.commands)]  # keyed by stream
     on_results = {(r.key or b"").decode() for r in read_topic(kafka, topics.results)}

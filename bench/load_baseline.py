@@ -11,7 +11,7 @@
   uvicorn config), over a bus that decodes and routes the command and answers
   ``accepted`` without touching PostgreSQL.
 
-The diagnostic of the reply reader is ``tests.command_results.Results`` with its
+The diagnostic of the reply reader is ``infra.command_results.Results`` with its
 ``fetch_wait_ms`` set (by default it leaves librdkafka's 500 ms).
 """
 
@@ -27,8 +27,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from event_store.command import Accepted
 from event_store.command_topic import PROCESSOR_BATCH, PROCESSOR_CONSUMER, PROCESSOR_PRODUCER
+from infra.commands import command_topics
 from infra.settings import Settings
-from tests.command_results import topics_of
 
 LIBRDKAFKA_DEFAULT_FETCH_WAIT_MS = 500
 
@@ -46,7 +46,7 @@ def echo_settings(settings: Settings) -> Settings:
 
 def run_echo(settings: Settings, out: Any) -> None:
     """Child process: answer every request record with a reply, as the processor does."""
-    topics = topics_of(settings)
+    topics = command_topics(settings)
     kafka = settings.kafka("load-echo")
     consumer = Consumer(kafka.client_properties(**{"group.id": "load-echo", **PROCESSOR_CONSUMER}))
     producer = Producer(kafka.client_properties(**PROCESSOR_PRODUCER))
@@ -101,7 +101,7 @@ def run_no_store_api(settings: Settings, port: int) -> None:
     import uvicorn
 
     from connectors.postgres import make_engine
-    from infra.cli_events import load_registry
+    from infra.commands import load_registry
     from infra.http_api import create_app
 
     registry, _module = load_registry(settings.command_handlers)

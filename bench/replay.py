@@ -47,6 +47,7 @@ from connectors.kafka.config import ClientValue
 from examples.social.views import social_views
 from examples.social.views.reference import expected_search, timelines_by_sql
 from infra.stack import LocalStack
+from infra.stack.isolated import isolated_settings
 from projections.mirror import fold_changes
 from projections.view import View
 from spark_streaming.kafka_offsets import OffsetRange
@@ -55,7 +56,6 @@ from spark_streaming.kafka_reader import read_range
 from spark_streaming.replay import replay
 from spark_streaming.session import spark_session
 from spark_streaming.views import ViewsConfig, configured_views
-from tests.stackenv import isolated_settings
 
 
 def envelope(op: str, before: object, after: object, lsn: int, table: str) -> bytes:

@@ -18,8 +18,8 @@ from collections import Counter
 from typing import Any, ClassVar
 
 from connectors.kafka.config import ClientValue
+from examples.social.feed import Headers, SocialFeed
 from examples.social.views.reference import SocialState
-from tests.integration.social.feed import Headers, SocialFeed
 
 MIX = (
     ("rename", 0.02),
@@ -36,11 +36,9 @@ class BenchFeed(SocialFeed):
     keeping a copy of every record sent."""
 
     producer_properties: ClassVar[dict[str, ClientValue]] = {
-        "enable.idempotence": True,
         "linger.ms": 20,
         "batch.size": 1_000_000,
         "queue.buffering.max.messages": 1_000_000,
-        "partitioner": "murmur2_random",
     }
 
     def event_topic_prefix(self) -> str:

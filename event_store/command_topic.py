@@ -41,6 +41,7 @@ from connectors.errors import KafkaError
 from connectors.kafka import KafkaConfig, TopicAdmin, TopicSpec
 from connectors.kafka.config import ClientValue
 from connectors.kafka.offsets import probe_consumer, true_watermarks
+from connectors.kafka.producing import IDEMPOTENT, Deliveries, idempotent_producer
 from event_store.bus import CommandBus
 from event_store.command import CommandResult, Rejected, result_from_json
 from event_store.consumer_positions import ConsumerPositions
@@ -167,7 +168,7 @@ PROCESSOR_CONSUMER: dict[str, ClientValue] = {
     "enable.auto.offset.store": False,
     "fetch.wait.max.ms": 50,
 }
-PROCESSOR_PRODUCER: dict[str, ClientValue] = {"enable.idempotence": True, "linger.ms": 5}
+PROCESSOR_PRODUCER: dict[str, ClientValue] = {**IDEMPOTENT, "linger.ms": 5}
 PROCESSOR_BATCH = 500  # most commands handled per batch
 
 
@@ -220,12 +221,7 @@ class CommandProcessor:
         messages = [first, *self._consumer.consume(self.batch_size - 1, 0)]
         next_offsets: dict[int, int] = {}
         handled = 0
-        failures: list[str] = []
-
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                failures.append(str(err))
-
+        deliveries = Deliveries()
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -244,7 +240,7 @@ class CommandProcessor:
                 self.topics.results,
                 key=key,
                 value=json.dumps(result.to_json()).encode(),
-                on_delivery=delivered,
+                on_delivery=deliveries,
             )
             self._producer.poll(0)
             partition, offset = msg.partition(), msg.offset()
@@ -253,10 +249,9 @@ class CommandProcessor:
             handled += 1
         if not next_offsets:
             return 0
-        if self._producer.flush(30) != 0:
-            raise KafkaError(f"results not delivered to {self.topics.results} within 30 s")
-        if failures:  # not acknowledged: stop before saving positions, the batch is re-read
-            raise KafkaError(f"results not delivered to {self.topics.results}: {failures[0]}")
+        failure = deliveries.confirm(self._producer, 30)
+        if failure is not None:  # not acknowledged: stop before saving positions, re-read
+            raise KafkaError(f"results not delivered to {self.topics.results}: {failure}")
         with self.bus.store.engine.begin() as conn:
             self.positions.save(conn, self.topics.commands, next_offsets)
         self.handled += handled
@@ -295,7 +290,7 @@ class CommandClient:
         self.kafka = kafka
         self.topics = topics or CommandTopics()
         self.registry = registry
-        self._producer = Producer(kafka.client_properties(**{"enable.idempotence": True}))
+        self._producer = idempotent_producer(kafka)
 
     def send(
         self,
@@ -312,24 +307,19 @@ class CommandClient:
         command_id = command_id or str(uuid.uuid4())
         key = key or self._stream_key(command_type, data) or command_id
         envelope = CommandEnvelope(command_id, command_type, data)
-        failures: list[Any] = []
-
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                failures.append(err)
-
+        deliveries = Deliveries()
         self._producer.produce(
-            self.topics.commands, key=key.encode(), value=envelope.to_json(), on_delivery=delivered
+            self.topics.commands, key=key.encode(), value=envelope.to_json(), on_delivery=deliveries
         )
-        if self._producer.flush(30) != 0:
-            raise KafkaError(f"command not delivered to {self.topics.commands} within 30 s")
-        if failures:
+        failure = deliveries.confirm(self._producer, 30)
+        if failure is not None:
             # e.g. the broker fenced this producer after it lost state: that is fatal to an
             # idempotent producer, so the next send starts a new one (sending again is safe:
             # the processor answers a known command id with its first result)
-            self._producer = Producer(self.kafka.client_properties(**{"enable.idempotence": True}))
+            if deliveries.failures:
+                self._producer = idempotent_producer(self.kafka)
             raise KafkaError(
-                f"command {command_id} not delivered to {self.topics.commands}: {failures[0]}"
+                f"command {command_id} not delivered to {self.topics.commands}: {failure}"
             )
         return command_id
 

@@ -13,8 +13,11 @@ from infra import (  # noqa: F401  (each module registers its commands)
     cli_views,
 )
 from infra.cli_app import app
+from infra.plugins import add_cli_plugins
 
 __all__ = ["app", "main"]
+
+add_cli_plugins(app)
 
 
 def main() -> None:

@@ -7,84 +7,30 @@ sends one command through the topic and, with ``--wait``, prints its result as J
 applied it (exit 3, naming the lagging views, when they do not within the timeout).
 """
 
-import importlib
 import json
 import signal
 import sys
 import time
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from sqlalchemy import Engine
 
 from connectors.postgres import make_engine
-from connectors.schema_registry.client import RegistryClient
-from event_store import CommandBus, CommandRegistry, EventStore, SnapshotPolicy, create_schema
-from event_store.command_topic import (
-    CommandClient,
-    CommandProcessor,
-    CommandTopics,
-    ensure_topics,
-)
+from event_store import CommandRegistry
+from event_store.command_topic import CommandClient, CommandProcessor, ensure_topics
 from infra.cli_app import app, console, err_console, fail, settings
+from infra.commands import (
+    command_bus,
+    command_topics,
+    load_registry,
+    prepare_database,
+    register_schemas,
+)
 from infra.settings import Settings
+from infra.views import view_waiter
 from tributary.errors import TributaryError
 from tributary.redact import redact
-
-
-def command_topics(s: Settings) -> CommandTopics:
-    return CommandTopics(s.commands_topic, s.command_results_topic, s.command_topic_partitions)
-
-
-def load_registry(spec: str) -> tuple[CommandRegistry, Any]:
-    """The registry named by ``module:factory`` (a factory or an instance), and its module."""
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-        target = getattr(module, attr or "registry")
-    except (ImportError, AttributeError) as exc:
-        raise TributaryError(
-            f"cannot load command handlers {spec!r}: {exc}; "
-            "set TRIBUTARY_COMMAND_HANDLERS to module:factory"
-        ) from exc
-    registry = target() if callable(target) else target
-    if not isinstance(registry, CommandRegistry):
-        raise TributaryError(f"{spec} did not give a CommandRegistry (got {type(registry)})")
-    return registry, module
-
-
-def prepare_database(s: Settings, engine: Engine, module: Any) -> None:
-    """Create what is missing in PostgreSQL: the event store's schema, and the domain's tables
-    (the handlers module's ``prepare_database(connection)`` hook, when it has one)."""
-    with engine.begin() as conn:
-        create_schema(conn, s.event_store_schema)
-        prepare = getattr(module, "prepare_database", None)
-        if callable(prepare):
-            hook: Any = prepare
-            hook(conn)
-
-
-def register_schemas(s: Settings, registry: CommandRegistry) -> None:
-    """Register the domain's event schemas in the schema registry: an event type the
-    registry refuses as incompatible raises (naming the fields), so no event of that version
-    is ever appended; from then on every appended event carries its schema's id."""
-    client = RegistryClient(s.registry_url)
-    try:
-        registry.codec.register_schemas(client)
-    finally:
-        client.close()
-
-
-def command_bus(s: Settings, engine: Engine, registry: CommandRegistry) -> CommandBus:
-    """The command bus every entry point (topic, HTTP) runs commands through (register the
-    event schemas with :func:`register_schemas` before the first command)."""
-    return CommandBus(
-        EventStore(engine, s.event_store_schema),
-        registry,
-        SnapshotPolicy(s.event_store_snapshot_every),
-        max_retries=s.event_store_max_retries,
-    )
 
 
 def run_commands(s: Settings) -> None:
@@ -176,7 +122,6 @@ def command(
 
 def _wait_views(s: Settings, token: str, timeout: float) -> None:
     """Exit 3 naming the views that did not apply ``token`` within ``timeout``."""
-    from infra.client import view_waiter  # the client imports this module
     from spark_streaming.read_your_writes import ViewsLaggingError
 
     try:

@@ -57,7 +57,7 @@ def query(
     from fastapi.encoders import jsonable_encoder
 
     from infra import view_queries
-    from infra.cli_views import views_config
+    from infra.views import views_config
     from spark_streaming.views import configured_views
 
     s = settings()

@@ -126,10 +126,12 @@ def demo() -> None:
     """The social-network demo end to end on the local stack: users by SQL and commands through
     Kafka and HTTP -> CDC -> the search index, profile cache and home timeline, a rename, a
     delete, a replay. Exits 0 when every check held."""
-    from infra.demo import run_demo
+    from infra.plugins import load_named
 
+    s = settings()
     try:
-        ok = run_demo(settings(), console)
+        run_demo, _ = load_named(s.demo, "the demo", "TRIBUTARY_DEMO", "run_demo")
+        ok = run_demo(s, console)
     except (TributaryError, TimeoutError) as exc:
         fail(str(exc))
     if not ok:

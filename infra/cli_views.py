@@ -18,6 +18,7 @@ from rich.table import Table
 from connectors.leases import Lease
 from infra.cli_app import JsonFlag, app, console, fail, settings
 from infra.settings import Settings
+from infra.views import views_config
 from spark_streaming.replay import replay as replay_view
 from spark_streaming.replay import topic_records
 from spark_streaming.runner import ViewRunner
@@ -27,34 +28,6 @@ from spark_streaming.view_job import BatchReport
 from spark_streaming.views import ViewsConfig, configured_views, find_view
 from tributary.errors import TributaryError
 from tributary.redact import redact, redact_data
-
-
-def views_config(s: Settings) -> ViewsConfig:
-    """The view jobs' configuration from the settings."""
-    return ViewsConfig(
-        kafka=s.kafka("tributary-views"),
-        postgres_dsn=s.postgres().dsn,
-        read_dsn=None if s.views_read_url is None else s.views_read_postgres().dsn,
-        views_schema=s.views_schema,
-        checkpoint_root=(s.view_checkpoint_dir or s.home / "checkpoints").resolve(),
-        mirror_tables=tuple(t.strip() for t in s.mirror_tables.split(",") if t.strip()),
-        topic_prefix=s.cdc_topic_prefix,
-        event_topic_prefix=s.event_topic_prefix,
-        max_offsets_per_trigger=s.view_max_offsets_per_trigger,
-        replay_max_offsets_per_trigger=s.view_replay_max_offsets_per_trigger,
-        trigger_interval_s=s.view_trigger_interval_s,
-        spark_master=s.spark_master,
-        redis_url=s.cache_url,
-        index_root=(s.index_dir or s.home / "indexes").resolve(),
-        view_factories=tuple(f.strip() for f in s.views.split(",") if f.strip()),
-        event_store_schema=s.event_store_schema,
-        schema_registry_url=s.registry_url,
-        analytics_factories=tuple(f.strip() for f in s.analytics.split(",") if f.strip()),
-        activity_topic=s.activity_topic,
-        analytics_topic_prefix=s.analytics_topic_prefix,
-        allowed_lateness_s=s.allowed_lateness_s,
-        lateness_slack_s=s.lateness_slack_s,
-    )
 
 
 def _spark(s: Settings, config: ViewsConfig) -> Any:

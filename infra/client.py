@@ -15,21 +15,13 @@ from typing import Any
 from connectors.postgres import make_engine
 from event_store import Accepted, CommandResult, Rejected
 from event_store.errors import ConcurrencyError, EventStoreError, StorageError
-from infra.cli_events import command_bus, load_registry, register_schemas
-from infra.cli_views import views_config
+from infra.commands import command_bus, load_registry, register_schemas
 from infra.settings import Settings, load_settings
+from infra.views import view_waiter
 from projections.view import View
 from spark_streaming.read_your_writes import PositionToken, ViewsLaggingError, ViewWaiter
-from spark_streaming.views import configured_views
 
 __all__ = ["TributaryClient", "ViewsLaggingError", "view_waiter"]
-
-
-def view_waiter(s: Settings, views: Sequence[View] | None = None) -> ViewWaiter:
-    """A waiter over ``views`` (default: the configured views, mirrors and factories)."""
-    if views is None:
-        views = list(configured_views(views_config(s)).values())
-    return ViewWaiter(views, s.postgres().dsn, s.event_store_schema, s.event_topic_prefix)
 
 
 class TributaryClient:

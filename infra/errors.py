@@ -38,3 +38,7 @@ class QueryArgumentError(InfraError):
 
 class ReadYourWritesUnavailableError(InfraError):
     """Waiting for a position token is not possible here (the waiter cannot be loaded)."""
+
+
+class WaitTimeoutError(InfraError, TimeoutError):
+    """A condition polled for (:func:`infra.polling.poll_until`) did not hold in time."""

@@ -408,6 +408,16 @@ class Settings(BaseSettings):
         "examples.social:social_registry",
         description="module:factory returning the CommandRegistry the processor serves.",
     )
+    cli_plugins: str = Field(
+        "examples.social.activity_cli:activity_app",  # = infra.plugins.DEFAULT_CLI_PLUGINS
+        description="Typer apps (module:app, comma-separated) the CLI adds as commands; the"
+        " default adds the demo domain's `tributary activity`.",
+    )
+    demo: str = Field(
+        "examples.social.demo:run_demo",
+        description="module:function `tributary demo` runs (settings, console) -> every check"
+        " held.",
+    )
 
     # Views
     mirror_tables: str = Field(

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infra.stack.process import spawn, stop_pid
+from tributary.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ class Child:
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     restarts: int = 0
-    backoff: float = 1.0
+    backoff: Backoff = field(default_factory=Backoff)
     next_start: float = field(default=0.0)
 
 
@@ -47,13 +48,14 @@ class Supervisor:
         max_backoff_s: float = 30.0,
         stable_after_s: float = 60.0,
     ) -> None:
-        self.children = [Child(name) for name in components]
+        self.children = [
+            Child(name, backoff=Backoff(max_s=max_backoff_s, stable_after_s=stable_after_s))
+            for name in components
+        ]
         self._argv_for = argv_for
         self._log_dir = log_dir
         self._announce = announce
         self._grace_s = grace_s
-        self._max_backoff_s = max_backoff_s
-        self._stable_after_s = stable_after_s
 
     def _start(self, child: Child) -> None:
         child.process = spawn(
@@ -72,17 +74,15 @@ class Supervisor:
             return
         code = proc.poll()
         if code is None:
-            if now - child.started_at >= self._stable_after_s:
-                child.backoff = 1.0
             return
         child.process = None
         child.restarts += 1
-        child.next_start = now + child.backoff
+        delay = child.backoff.next_delay(now - child.started_at)
+        child.next_start = now + delay
         self._announce(
             f"{child.name}: exited with code {code}; restart #{child.restarts} "
-            f"in {child.backoff:.0f}s (log: {self._log_dir / f'run-{child.name}.log'})"
+            f"in {delay:.0f}s (log: {self._log_dir / f'run-{child.name}.log'})"
         )
-        child.backoff = min(child.backoff * 2, self._max_backoff_s)
 
     def run(self, stop: threading.Event, tick_s: float = 0.2) -> None:
         """Supervise until ``stop`` is set, then stop every component."""

@@ -33,8 +33,8 @@ from cdc.completeness import (
     repair_table,
     republish_events,
 )
-from infra.cli_views import views_config
 from infra.settings import Settings
+from infra.views import views_config
 from spark_streaming.status import view_statuses
 from spark_streaming.views import configured_views
 

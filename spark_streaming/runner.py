@@ -5,7 +5,7 @@ cleanly when asked."""
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.kafka import KafkaConfig
@@ -14,6 +14,7 @@ from projections.view import View
 from spark_streaming.errors import CheckpointLostError
 from spark_streaming.replay import replay
 from spark_streaming.view_job import JobOptions, ViewJob
+from tributary.backoff import Backoff
 
 
 @dataclass
@@ -21,7 +22,7 @@ class _Running:
     spec: View
     job: ViewJob | None = None
     query: Any = None
-    failures: int = 0
+    backoff: Backoff = field(default_factory=Backoff)
     restart_at: float = 0.0
     started_at: float = 0.0
     standby: bool = False  # another process holds the view's lease: take over when it dies
@@ -39,7 +40,7 @@ class ViewRunner:
         *,
         log: Callable[[str], None] = print,
         min_backoff_s: float = 1.0,
-        max_backoff_s: float = 60.0,
+        max_backoff_s: float = 30.0,
         replay_options: JobOptions | None = None,
         lease_for: Callable[[str], Any] | None = None,
         standby_poll_s: float = 0.25,
@@ -48,8 +49,6 @@ class ViewRunner:
         self.kafka = kafka
         self.options = options
         self.log = log
-        self.min_backoff_s = min_backoff_s
-        self.max_backoff_s = max_backoff_s
         self.replay_options = replay_options or options
         # The lease a view holds while its query runs (e.g. connectors.leases.Lease): a view
         # never runs twice, whatever starts a second copy.
@@ -57,7 +56,10 @@ class ViewRunner:
         self.standby_poll_s = standby_poll_s
         self._leases: dict[str, Any] = {}
         self._waiting: dict[str, Any] = {}  # leases another process holds, tried again
-        self.views = [_Running(spec) for spec in specs]
+        self.views = [
+            _Running(spec, backoff=Backoff(initial_s=min_backoff_s, max_s=max_backoff_s))
+            for spec in specs
+        ]
 
     def _lease(self, view: _Running) -> bool:
         """Hold the view's lease; False while another process holds it (this one stands by:
@@ -112,10 +114,8 @@ class ViewRunner:
         if view.job is not None:
             view.job.close()
         view.job, view.query = None, None
-        if view.started_at and time.monotonic() - view.started_at > 5 * self.max_backoff_s:
-            view.failures = 0  # it ran fine for a long time: start the backoff over
-        delay = min(self.max_backoff_s, self.min_backoff_s * 2**view.failures)
-        view.failures += 1
+        up_for = time.monotonic() - view.started_at if view.started_at else 0.0
+        delay = view.backoff.next_delay(up_for)
         view.restart_at = time.monotonic() + delay
         self.log(f"view {view.spec.name}: stopped ({error}); restarting in {delay:.0f}s")
 

@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError as RdKafkaError
 from connectors.kafka.admin import TopicAdmin
 from connectors.kafka.config import ClientValue, KafkaConfig
 from connectors.kafka.fetching import longer_wait, range_fetch, stall_s
+from connectors.kafka.producing import idempotent_producer
 from connectors.kafka.topics import state_topic
 from connectors.schema_registry.errors import RegistryStoreError, RegistryTimeoutError
 from connectors.schema_registry.records import NOOP_KEY, RegistryState
@@ -65,12 +66,8 @@ class KafkaSchemaLog:
                 f"topic {self.topic} has {partitions} partitions; the registry's store needs"
                 " exactly one (choose another topic with TRIBUTARY_SCHEMA_REGISTRY_TOPIC)"
             )
-        producer: dict[str, ClientValue] = {
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 0,
-        }
-        self._producer = Producer(self.kafka.client_properties(**producer))
+        producer: dict[str, ClientValue] = {"acks": "all", "linger.ms": 0}
+        self._producer = idempotent_producer(self.kafka, producer)
         self._thread = threading.Thread(target=self._read, name="schema-registry-reader")
         self._thread.daemon = True
         self._thread.start()

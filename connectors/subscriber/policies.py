@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from confluent_kafka import Producer
 
 from connectors.kafka.admin import TopicAdmin
-from connectors.kafka.config import ClientValue, KafkaConfig
+from connectors.kafka.config import KafkaConfig
+from connectors.kafka.producing import Deliveries, idempotent_producer
 from connectors.kafka.topics import history_topic
 from connectors.subscriber.errors import DeadLetterError, UndecodableRecordError
 from connectors.subscriber.records import Headers, KafkaPosition
@@ -87,29 +88,20 @@ class DeadLetters:
             TopicAdmin(self.kafka).ensure(history_topic(topic))
             self._ready.add(topic)
         if self._producer is None:
-            props: dict[str, ClientValue] = {
-                "enable.idempotence": True,
-                "partitioner": "murmur2_random",  # keys land where Java clients put them
-            }
-            self._producer = Producer(self.kafka.client_properties(**props))
-        failures: list[str] = []
-
-        def delivered(err: object, _msg: object) -> None:
-            if err is not None:
-                failures.append(str(err))
-
+            self._producer = idempotent_producer(self.kafka, java_placement=True)
+        deliveries = Deliveries()
         self._producer.produce(
             topic,
             key=record.key,
             value=record.value,
             headers=error_headers(record),
-            on_delivery=delivered,
+            on_delivery=deliveries,
         )
-        left = self._producer.flush(self.timeout)
-        if failures or left:
+        failure = deliveries.confirm(self._producer, self.timeout)
+        if failure is not None:
             raise DeadLetterError(
                 f"the dead letter of {record.position} was not acknowledged by {topic}"
-                f" ({failures[0] if failures else 'timed out'}); the record is not committed"
+                f" ({failure}); the record is not committed"
             )
         log.warning("%s: sent to %s: %s", record.position, topic, record.reason)
 

@@ -25,9 +25,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from confluent_kafka import Producer
-
 from connectors.kafka import KafkaConfig, TopicAdmin, history_topic
+from connectors.kafka.producing import idempotent_producer
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -201,12 +200,7 @@ class ActivityProducer:
     def __init__(self, kafka: KafkaConfig, topic: str = "activity", partitions: int = 2) -> None:
         self.topic = topic
         TopicAdmin(kafka).ensure(history_topic(topic, partitions))
-        self.producer = Producer(
-            kafka.client_properties(
-                **{"enable.idempotence": True, "linger.ms": 20},
-                partitioner="murmur2_random",
-            )
-        )
+        self.producer = idempotent_producer(kafka, {"linger.ms": 20}, java_placement=True)
 
     def send(self, events: Iterable[ActivityEvent]) -> int:
         count = 0

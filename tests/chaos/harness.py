@@ -33,18 +33,20 @@ from connectors.postgres import make_engine
 from event_store import create_schema
 from event_store.command_topic import CommandClient, ensure_topics
 from examples.social import prepare_database
-from infra.cli_views import views_config
+from infra.command_results import Results
+from infra.commands import command_topics
+from infra.polling import poll_until
 from infra.settings import Settings
 from infra.stack import LocalStack
+from infra.stack.isolated import isolated_settings, settings_env
 from infra.stack.process import children, is_alive
 from infra.verify import verify
+from infra.views import views_config
 from projections.view import View
 from spark_streaming.views import configured_views
 from tests.chaos.compare import Diffs, compare_all, new_since, totals
 from tests.chaos.loss import TailLoss
 from tests.chaos.workload import USERS, Workload, add_user, post_command
-from tests.command_results import Results, topics_of
-from tests.stackenv import isolated_settings, settings_env
 from tributary.errors import TributaryError
 
 SUPERVISED = ("cdc", "commands", "views", "api")
@@ -104,16 +106,10 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def wait_until(check: Callable[[], bool], timeout: float, what: str, every: float = 0.5) -> float:
-    """Poll ``check`` (exceptions count as False); seconds taken, TimeoutError when late."""
-    started = time.monotonic()
-    while True:
-        with contextlib.suppress(Exception):
-            if check():
-                return time.monotonic() - started
-        if time.monotonic() - started > timeout:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
+def wait_until(check: Callable[[], object], timeout: float, what: str, every: float = 0.5) -> float:
+    """Poll ``check`` while the parts restart (any exception counts as not yet): seconds taken,
+    :class:`TimeoutError` when late."""
+    return poll_until(check, timeout, what, every, retry_on=(Exception,))
 
 
 class Harness:
@@ -163,7 +159,7 @@ class Harness:
         with psycopg.connect(self.s.postgres().dsn, autocommit=True) as conn:
             for user_id in [*range(1, USERS + 1), PROBE_AUTHOR, PROBE_FOLLOWER]:
                 add_user(conn, user_id)
-        ensure_topics(self.s.kafka("chaos"), topics_of(self.s))
+        ensure_topics(self.s.kafka("chaos"), command_topics(self.s))
         self.start_supervisor()
         wait_until(
             lambda: httpx.get(f"{self.api}/health", timeout=5).status_code < 500,
@@ -337,7 +333,7 @@ class Harness:
 
         def topic() -> None:
             assert self.results is not None
-            client = CommandClient(self.s.kafka("chaos-probe"), topics_of(self.s))
+            client = CommandClient(self.s.kafka("chaos-probe"), command_topics(self.s))
             data = {"post_id": by_topic, "author_id": PROBE_AUTHOR, "text": text}
             while time.monotonic() < deadline:
                 try:

@@ -17,9 +17,10 @@ import httpx
 import psycopg
 
 from event_store.command_topic import CommandClient
+from infra.command_results import Results
+from infra.commands import command_topics
 from infra.settings import Settings
 from tests.chaos.compare import Answer
-from tests.command_results import Results, topics_of
 
 USERS = 20  # written by SQL before the workload starts; the SQL writer adds more
 RESEND_AFTER_S = 20.0
@@ -137,7 +138,7 @@ class Workload:
 
     def _topic_sender(self, n: int) -> None:
         rng = random.Random(n)
-        client = CommandClient(self.s.kafka(f"chaos-sender-{n}"), topics_of(self.s))
+        client = CommandClient(self.s.kafka(f"chaos-sender-{n}"), command_topics(self.s))
         while self._turn(("topic", n)):
             kind, data = self._command(rng)
             command_id = f"t{n}-{uuid.uuid4()}"

@@ -19,7 +19,7 @@ from connectors.kafka import KafkaConfig
 from connectors.postgres import PostgresConfig
 from infra.settings import Settings, load_settings
 from infra.stack import LocalStack
-from tests.stackenv import isolated_settings
+from infra.stack.isolated import isolated_settings
 
 pytestmark = pytest.mark.integration
 
@@ -55,8 +55,14 @@ class Endpoints:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "/integration/" in str(item.fspath):
-            item.add_marker(pytest.mark.integration)
+        if "/integration/" not in str(item.fspath):
+            continue
+        item.add_marker(pytest.mark.integration)
+        if "spark" in getattr(item, "fixturenames", ()):
+            # With pytest-xdist (`make test`), every test on the session's SparkSession runs in
+            # one worker, one after another: one SparkSession in all, never one per worker.
+            # Tests that start Spark in a child process go to whichever worker is free.
+            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 @pytest.fixture(scope="session")

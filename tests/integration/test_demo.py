@@ -6,8 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.ports import free_port_block
-from tests.stackenv import isolated_settings, settings_env
+from infra.stack.isolated import free_port_block, isolated_settings, settings_env
 
 ROOT = Path(__file__).resolve().parents[2]
 

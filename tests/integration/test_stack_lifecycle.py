@@ -12,8 +12,8 @@ import pytest
 
 from infra.errors import PortInUseError
 from infra.stack import LocalStack
+from infra.stack.isolated import isolated_settings, settings_env
 from infra.stack.process import children, is_alive
-from tests.stackenv import isolated_settings, settings_env
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,9 @@ port behind passwords: each view shows its store's error, and no password."""
 import json
 from pathlib import Path
 
+from infra.stack.isolated import free_port_block
 from tests.integration.conftest import Endpoints
 from tests.leaks import PG_ECHOED, cli, leaked, secret_env
-from tests.ports import free_port_block
 
 SECURITY = (
     "TRIBUTARY_KAFKA_SECURITY_PROTOCOL",

@@ -11,6 +11,7 @@ from confluent_kafka import Producer
 
 from connectors.errors import TopicRewoundError
 from connectors.kafka import TopicAdmin, state_topic
+from connectors.kafka.producing import idempotent_producer
 from connectors.kafka.reading import read_tail, read_topic
 from tests.integration.conftest import Endpoints
 from tests.integration.kafka_reading import wait_until
@@ -19,7 +20,7 @@ from tests.integration.kafka_reading import wait_until
 def test_a_partition_with_transaction_markers_is_read_whole(stack: Endpoints, unique: str) -> None:
     topic = f"gaps-{unique}"
     TopicAdmin(stack.kafka).ensure(state_topic(topic, 1))
-    plain = Producer(stack.kafka.client_properties(**{"enable.idempotence": True}))
+    plain = idempotent_producer(stack.kafka)
     for i in range(5):
         plain.produce(topic, key=f"k{i}".encode(), value=b"plain")
     assert plain.flush(30) == 0

@@ -19,9 +19,9 @@ from connectors.stores.base import new_generation
 from connectors.stores.model import Batch, Put
 from examples.social.views import timeline_view
 from examples.social.views.folds import FOLLOWS, POSTS
+from infra.stack.isolated import settings_env
 from projections.view import View
 from tests.integration.conftest import Endpoints
-from tests.stackenv import settings_env
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import Producer
-
 from connectors.kafka import KafkaConfig, TopicAdmin, history_topic, state_topic
+from connectors.kafka.producing import idempotent_producer
 from examples.social.activity import ActivityEvent, ActivityPlan, ActivityProducer, generate
 from examples.social.analytics.common import AnalyticsConfig
+from examples.social.feed import social_outbox
 from projections.time import MINUTE_MS, Lateness
-from tests.integration.social.feed import social_outbox
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 TAGS = ("kafka", "spark", "flink", "stream", "window", "join")
@@ -169,11 +168,7 @@ class AnalyticsFeed:
         for topic in (config.posts_topic, config.follows_topic):
             admin.ensure(history_topic(topic, partitions))
         self.activity = ActivityProducer(self.kafka, config.activity_topic, partitions)
-        self.producer = Producer(
-            self.kafka.client_properties(
-                **{"enable.idempotence": True, "linger.ms": 10, "partitioner": "murmur2_random"}
-            )
-        )
+        self.producer = idempotent_producer(self.kafka, {"linger.ms": 10}, java_placement=True)
         self.outbox, self.schema_ids = social_outbox(config.registry_url)
         self.position = 9_000_000
 

@@ -9,11 +9,21 @@ import redis
 from fastapi.testclient import TestClient
 
 from infra.http_api import create_app
+from infra.stack.isolated import free_port_block
 from projections.view import View
 from tests.integration.api.library import BatchWaiter, build_views, fill
 from tests.integration.conftest import Endpoints
 from tests.integration.event_store.conftest import StoreEnv, env  # noqa: F401  (fixture)
-from tests.ports import free_port_block
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Schemathesis gives every operation's test the same node id (the operation is only in the
+    item's name). pytest-xdist schedules by node id, so it would run one operation of the six
+    and drop the rest: give each its own id, the name's."""
+    for item in items:
+        label = getattr(item, "operation_label", None)
+        if label is not None and item.parent is not None and not item.nodeid.endswith("]"):
+            item._id = item.parent.id.child(item.name)  # what pytest gives a plain item
 
 
 @pytest.fixture

@@ -9,13 +9,14 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from connectors.postgres import PostgresConfig, make_engine
 from connectors.stores.model import Put
 from event_store import CommandBus, EventStore
 from examples.social import social_registry
 from infra.errors import QueryDeclarationError
-from infra.http_api import create_app, metric_lines
+from infra.http_api import create_app, metrics_text
 from projections.view import Query, QueryParam, View
 from tests.integration.api.library import (
     NOTES,
@@ -79,20 +80,36 @@ def test_metrics_give_each_view_its_batch_and_counters_in_prometheus_text(
     response = client.get("/metrics")
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
-    lines = response.text.splitlines()
-    assert f'tributary_view_up{{view="{NOTES}"}} 1' in lines
-    assert f'tributary_view_batch_id{{view="{NOTES}"}} 0' in lines
+    samples = {
+        (s.name, s.labels["view"]): s.value
+        for family in text_string_to_metric_families(response.text)
+        for s in family.samples
+    }
+    assert samples[("tributary_view_up", NOTES)] == 1
+    assert samples[("tributary_view_batch_id", NOTES)] == 0
     counted = dataclasses.replace(api_views[0], metrics=lambda: {"late_events": 3})
     unreachable = dataclasses.replace(api_views[0], name='a "b"', metrics=lambda: 1 // 0)
-    assert metric_lines([counted, unreachable]) == [
-        "# TYPE tributary_view_up gauge",
-        f'tributary_view_up{{view="{NOTES}"}} 1',
-        'tributary_view_up{view="a \\"b\\""} 0',
-        "# TYPE tributary_view_batch_id gauge",
-        f'tributary_view_batch_id{{view="{NOTES}"}} 0',
-        "# TYPE tributary_view_late_events counter",
-        f'tributary_view_late_events{{view="{NOTES}"}} 3',
-    ]
+    families = {
+        family.name: (family.type, [(s.name, s.labels, s.value) for s in family.samples])
+        for family in text_string_to_metric_families(metrics_text([counted, unreachable]))
+    }
+    assert families == {
+        "tributary_view_up": (
+            "gauge",
+            [
+                ("tributary_view_up", {"view": NOTES}, 1),
+                ("tributary_view_up", {"view": 'a "b"'}, 0),
+            ],
+        ),
+        "tributary_view_batch_id": (
+            "gauge",
+            [("tributary_view_batch_id", {"view": NOTES}, 0)],
+        ),
+        "tributary_view_late_events": (
+            "unknown",
+            [("tributary_view_late_events", {"view": NOTES}, 3)],
+        ),
+    }
 
 
 def test_min_position_waits_until_the_views_applied_it(

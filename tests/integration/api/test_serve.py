@@ -2,12 +2,10 @@
 commands through a bus built from the settings (creating the event store's schema), stops with
 exit 0 on SIGTERM, and refuses a busy port plainly."""
 
-import contextlib
 import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,11 +16,13 @@ from sqlalchemy import text
 from connectors.postgres import PostgresConfig, make_engine
 from event_store import drop_schema
 from examples.social import create_users_table, upsert_user
+from infra.errors import WaitTimeoutError
+from infra.polling import poll_until
+from infra.stack.isolated import free_port_block
 from projections.view import View
 from tests.integration.api.library import USERS_SCHEMA_ENV
 from tests.integration.api.test_cli_query import ROOT, query_env
 from tests.integration.conftest import Endpoints
-from tests.ports import free_port_block
 
 
 @pytest.fixture
@@ -61,14 +61,15 @@ def serve(env: dict[str, str], port: int, out: Path) -> subprocess.Popen[bytes]:
 
 
 def wait_until_up(base: str, server: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         assert server.poll() is None, log.read_text()
-        with contextlib.suppress(httpx.TransportError):
-            httpx.get(f"{base}/openapi.json", timeout=2)
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"serve did not answer within 60 s: {log.read_text()}")
+        httpx.get(f"{base}/openapi.json", timeout=2)
+        return True
+
+    try:
+        poll_until(answers, 60, "serve to answer", 0.2, retry_on=(httpx.TransportError,))
+    except WaitTimeoutError as exc:
+        raise AssertionError(f"{exc}: {log.read_text()}") from exc
 
 
 def test_serve_answers_runs_commands_and_stops_on_sigterm(

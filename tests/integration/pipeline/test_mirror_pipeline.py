@@ -5,13 +5,14 @@ types, a column added mid-stream, and the view process killed with kill -9 on th
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from infra.polling import Deadline, poll_until
 from tests.integration.cdc_process import CdcProcess
 from tests.integration.conftest import Endpoints
 from tests.integration.pipeline.views_process import ViewsProcess
@@ -118,11 +119,10 @@ def strip_meta(found: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return {k: {c: v for c, v in r.items() if c not in meta} for k, r in found.items()}
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(1)
+#: The waits of the kill -9 test draw on one budget, below the test's own timeout, so a wait
+#: that runs out fails with its own message.
+TEST_TIMEOUT_S = 420
+BUDGET_S = TEST_TIMEOUT_S - 30
 
 
 @pytest.fixture
@@ -136,6 +136,7 @@ def source(stack: Endpoints, unique: str) -> Iterator[str]:
         conn.execute(f"DROP SCHEMA IF EXISTS views_{table} CASCADE")
 
 
+@pytest.mark.timeout(TEST_TIMEOUT_S)
 def test_postgres_to_debezium_to_the_spark_mirror_survives_kill_9(
     stack: Endpoints, connector_factory: Any, source: str, tmp_path: Path
 ) -> None:
@@ -169,32 +170,31 @@ def test_postgres_to_debezium_to_the_spark_mirror_survives_kill_9(
     writer.start()
     try:
         mirror = f"{schema}.public_{source}"
-        wait_for(lambda: workload.done > 700, 120, "the workload to get going")
+        budget = Deadline(BUDGET_S)
+        poll_until(lambda: workload.done > 700, budget.left(120), "the workload to get going")
 
         def mirrored_some() -> bool:
-            try:
-                return len(rows(stack.postgres_dsn, mirror)) > 10
-            except psycopg.Error:
-                return False
+            assert views.alive(), views.output()
+            return len(rows(stack.postgres_dsn, mirror)) > 10
 
-        wait_for(mirrored_some, 180, "the first rows in the mirror")
-        assert views.alive(), views.output()
+        poll_until(
+            mirrored_some,
+            budget.left(180),
+            "the first rows in the mirror",
+            retry_on=(psycopg.errors.UndefinedTable,),  # until the first batch creates it
+        )
         views.kill9()  # mid-workload, most likely inside a batch
-        time.sleep(2)
         views.start()
-        writer.join(600)
+        writer.join(budget.left(240))
+        assert not writer.is_alive(), f"the workload did not finish ({workload.done} of 2400)"
         assert not errors, errors
         source_rows = rows(stack.postgres_dsn, f"public.{source}")
 
         def converged() -> bool:
-            assert views.alive(), views.output()
-            try:
-                got = rows(stack.postgres_dsn, mirror)
-            except psycopg.Error:
-                return False
-            return strip_meta(got) == source_rows
+            assert views.alive(), views.output()  # ends the wait at once
+            return strip_meta(rows(stack.postgres_dsn, mirror)) == source_rows
 
-        wait_for(converged, 300, "the mirror to equal the source table")
+        poll_until(converged, budget.left(240), "the mirror to equal the source table")
         mirrored = rows(stack.postgres_dsn, mirror)
         assert len(mirrored) > 100
         # Same types as the source, column added mid-stream included; applied counts exact.

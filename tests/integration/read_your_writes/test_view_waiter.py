@@ -127,24 +127,27 @@ def test_many_waits_run_at_once(stack: Endpoints, env: StoreEnv, views_schema: s
     for n in range(16):
         publish(stack.postgres_dsn, env.schema, f"post-{100 + n}", 1, n)
     errors: list[BaseException] = []
+    done = [threading.Event() for _ in range(16)]
     with ViewWaiter([timeline], stack.postgres_dsn, env.schema, pool_size=2) as waiter:
 
         def wait(n: int) -> None:
             try:
                 waiter.wait(f"post/post-{100 + n}@1", timeout=30)
+                done[n].set()
             except BaseException as exc:
                 errors.append(exc)
 
         threads = [threading.Thread(target=wait, args=(n,)) for n in range(16)]
         for thread in threads:
             thread.start()
-        time.sleep(0.3)
-        assert all(t.is_alive() for t in threads)  # none applied yet
+        time.sleep(0.3)  # time for a wrong early return to show
+        assert not any(d.is_set() for d in done)  # none applied yet
         advance(timeline, {"events.post": {"0": 8}}, 0)
-        time.sleep(0.5)
-        assert sum(t.is_alive() for t in threads) == 8  # offsets 8..15 still ahead
+        for n in range(8):  # offsets 0..7 are applied: those waits end
+            assert done[n].wait(10), f"the wait for offset {n} did not end"
+        assert not any(d.is_set() for d in done[8:])  # offsets 8..15 still ahead
         advance(timeline, {"events.post": {"0": 16}}, 1)
         for thread in threads:
             thread.join(30)
     assert errors == []
-    assert not any(t.is_alive() for t in threads)
+    assert all(d.is_set() for d in done)

@@ -8,7 +8,7 @@ import uvicorn
 from connectors.kafka import KafkaConfig
 from connectors.schema_registry.api import create_registry_app
 from connectors.schema_registry.store import open_registry
-from tests.ports import free_port_block
+from infra.stack.isolated import free_port_block
 
 
 class RunningRegistry:

@@ -20,10 +20,10 @@ from connectors.kafka.reading import read_topic
 from connectors.schema_registry.api import CONTENT_TYPE
 from connectors.schema_registry.store import DEFAULT_TOPIC
 from infra.stack.broker import BrokerService
+from infra.stack.isolated import free_port_block
 from infra.stack.process import stop_pid
 from tests.integration.conftest import Endpoints
 from tests.integration.schema_registry.serving import RunningRegistry
-from tests.ports import free_port_block
 
 HEADERS = {"Content-Type": CONTENT_TYPE}
 START_TIMEOUT_S = 30.0

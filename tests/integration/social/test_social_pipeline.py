@@ -10,7 +10,6 @@ own Redis database), so nothing it does meets another test's data.
 
 import random
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,10 +31,11 @@ from examples.social.views.reference import (
     expected_search,
     expected_timelines,
 )
-from infra.cli_events import command_bus, load_registry, register_schemas
-from infra.cli_views import views_config
+from infra.commands import command_bus, load_registry, register_schemas
 from infra.http_api import create_app
+from infra.polling import Deadline, poll_until
 from infra.settings import Settings, load_settings
+from infra.views import views_config
 from spark_streaming.views import configured_views
 from tests.integration.cdc_process import CdcProcess
 from tests.integration.conftest import Endpoints
@@ -203,19 +203,15 @@ def source_of_truth(dsn: str, schema: str = "event_store") -> SocialState:
     return state
 
 
-def wait_for(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():
-                return
-        except Exception:
-            pass
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(1)
+#: Every wait of the kill -9 test draws on one budget, below the test's own timeout, so a wait
+#: that runs out fails with its own message instead of the timeout's stack dump.
+TEST_TIMEOUT_S = 420
+BUDGET_S = TEST_TIMEOUT_S - 30
 
 
+@pytest.mark.timeout(TEST_TIMEOUT_S)
 def test_the_views_follow_the_source_of_truth_through_a_kill_9(world: World) -> None:
+    budget = Deadline(BUDGET_S)
     views = list(configured_views(views_config(world.settings)).values())
     by_name = {v.name: v for v in views}
     world.cdc.start()
@@ -233,24 +229,22 @@ def test_the_views_follow_the_source_of_truth_through_a_kill_9(world: World) -> 
 
     writer = threading.Thread(target=run)
     writer.start()
-    wait_for(
-        lambda: (
-            by_name["timeline"].store.committed(by_name["timeline"].store.live_generation()).batches
-            > 3
-        ),
-        240,
-        "the views' first batches",
-    )
-    assert world.views.alive(), world.views.output()
+
+    def first_batches() -> bool:
+        assert world.views.alive(), world.views.output()
+        timeline = by_name["timeline"].store
+        return timeline.committed(timeline.live_generation()).batches > 3
+
+    poll_until(first_batches, budget.left(240), "the views' first batches", 1)
     world.views.kill9()  # mid-workload, the three queries most likely inside batches
-    time.sleep(2)
     world.views.start()
-    writer.join(900)
+    writer.join(budget.left(240))
+    assert not writer.is_alive(), f"the workload did not finish ({workload.done} of 2200 steps)"
     assert not errors, errors
     assert workload.accepted > 800
 
     def converged() -> bool:
-        assert world.views.alive(), world.views.output()
+        assert world.views.alive(), world.views.output()  # ends the wait at once
         truth = source_of_truth(world.dsn)
         profiles = {int(e.key): dict(e.fields) for e in by_name["profile"].store.scan("profiles")}
         keep = ("text", "hashtags", "author_handle", "author_name")
@@ -272,7 +266,7 @@ def test_the_views_follow_the_source_of_truth_through_a_kill_9(world: World) -> 
             and timelines == expected_timelines(truth)
         )
 
-    wait_for(converged, 300, "the views to equal the source of truth")
+    poll_until(converged, budget.left(240), "the views to equal the source of truth", 1)
 
     # The HTTP API on the live views: a command, then reads that wait for it (min_position).
     app = create_app(world.settings, views=views)
@@ -289,14 +283,18 @@ def test_the_views_follow_the_source_of_truth_through_a_kill_9(world: World) -> 
         )
         assert done.status_code == 200 and done.json()["status"] == "accepted"
         token = done.json()["position_token"]
-        hits = client.get("/search", params={"q": "zqxyz", "min_position": token, "timeout": 60})
+        hits = client.get(
+            "/search", params={"q": "zqxyz", "min_position": token, "timeout": budget.left(60)}
+        )
         assert hits.status_code == 200 and [h["post_id"] for h in hits.json()] == [10**6]
         assert hits.json()[0]["author_handle"] == truth.users[author]["handle"]
-        profile = client.get(f"/profile/{author}", params={"min_position": token, "timeout": 60})
+        profile = client.get(
+            f"/profile/{author}", params={"min_position": token, "timeout": budget.left(60)}
+        )
         assert profile.json()["posts"] == expected_profiles(truth)[author]["posts"] + 1
         if follower is not None:
             timeline = client.get(
-                f"/timeline/{follower}", params={"min_position": token, "timeout": 60}
+                f"/timeline/{follower}", params={"min_position": token, "timeout": budget.left(60)}
             )
             assert timeline.json()[0]["post_id"] == 10**6
         bad = client.post("/commands", json={"type": "CreatePost", "data": {"post_id": "x"}})

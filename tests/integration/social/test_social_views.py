@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from examples.social.feed import SocialFeed
 from examples.social.views import profile_view, search_view, timeline_view
 from examples.social.views.reference import (
     expected_profiles,
@@ -25,7 +26,6 @@ from spark_streaming.dead_letters import REASON_HEADER, dlq_topic
 from spark_streaming.replay import replay
 from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
 from tests.integration.conftest import Endpoints
-from tests.integration.social.feed import SocialFeed
 from tests.unit.projections.test_change_fuzz import poison_samples
 
 

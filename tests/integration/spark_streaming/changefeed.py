@@ -14,9 +14,9 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
-from confluent_kafka import Producer
 
 from connectors.kafka import KafkaConfig, TopicAdmin, state_topic
+from connectors.kafka.producing import idempotent_producer
 
 Record = tuple[bytes, bytes | None, list[tuple[str, bytes]]]
 
@@ -43,9 +43,7 @@ class ChangeFeed:
             " qty int NOT NULL, active boolean NOT NULL, version int NOT NULL)"
         )
         TopicAdmin(self.kafka).ensure(state_topic(self.topic, self.partitions))
-        self.producer = Producer(
-            self.kafka.client_properties(**{"enable.idempotence": True, "linger.ms": 20})
-        )
+        self.producer = idempotent_producer(self.kafka, {"linger.ms": 20})
         self.next_id = 1
 
     @property

@@ -13,6 +13,8 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 
 from connectors.kafka import KafkaConfig, TopicAdmin, TopicSpec
 from connectors.kafka.offsets import probe_consumer, true_watermarks
+from connectors.kafka.producing import idempotent_producer
+from infra.polling import poll_until
 from spark_streaming.kafka_offsets import OffsetRange
 from spark_streaming.kafka_options import KafkaSourceOptions
 from spark_streaming.kafka_reader import read_range
@@ -26,7 +28,7 @@ def produce(kafka: KafkaConfig, topic: str, count: int, partitions: int, seed: i
     """Records in batches (so the broker stores multi-record batches), some with null key or
     value, some with headers."""
     rng = random.Random(seed)
-    producer = Producer(kafka.client_properties(**{"linger.ms": 50, "enable.idempotence": True}))
+    producer = idempotent_producer(kafka, {"linger.ms": 50})
     for i in range(count):
         key = None if i % 17 == 0 else f"k{rng.randrange(200)}".encode()
         value = None if i % 23 == 0 else f"value-{i}".encode() * rng.randrange(1, 4)
@@ -206,9 +208,7 @@ def test_data_loss_fails_clearly_unless_fail_on_data_loss_is_false(
     assert sum(len(b) for b in batches) == 50
     # The topic is recreated: offsets 0..49 the checkpoint points past are gone.
     admin.delete(name)
-    deadline = time.monotonic() + 30
-    while name in admin.topic_names() and time.monotonic() < deadline:
-        time.sleep(0.5)
+    poll_until(lambda: name not in admin.topic_names(), 30, f"{name} to be deleted")
     admin.ensure(TopicSpec(name, partitions=1))
     produce(stack.kafka, name, 10, 1, seed=5)
     query, batches = collect_stream(spark, options, tmp_path / "cp")
@@ -237,10 +237,10 @@ def test_topics_that_appear_later_are_picked_up(
     }
     query, batches = collect_stream(spark, options, tmp_path / "cp", available_now=False)
     try:
-        wait_for(lambda: sum(len(b) for b in batches) == 20)
+        poll_until(lambda: sum(len(b) for b in batches) == 20, 90, "20 records in the batches")
         admin.ensure(TopicSpec(second, partitions=2))
         produce(stack.kafka, second, 30, 2)
-        wait_for(lambda: sum(len(b) for b in batches) == 50)
+        poll_until(lambda: sum(len(b) for b in batches) == 50, 90, "50 records in the batches")
         assert {s[0] for b in batches for s in b} == {first, second}
     finally:
         query.stop()
@@ -259,7 +259,7 @@ def test_partitions_added_to_a_topic_are_picked_up(
     }
     query, batches = collect_stream(spark, options, tmp_path / "cp", available_now=False)
     try:
-        wait_for(lambda: sum(len(b) for b in batches) == 30)
+        poll_until(lambda: sum(len(b) for b in batches) == 30, 90, "30 records in the batches")
         try:
             for future in admin.create_partitions([NewPartitions(topic, 5)]).values():
                 future.result(15)
@@ -269,14 +269,7 @@ def test_partitions_added_to_a_topic_are_picked_up(
         for i in range(10):
             producer.produce(topic, value=f"new-{i}".encode(), partition=3 + i % 2)
         producer.flush(30)
-        wait_for(lambda: sum(len(b) for b in batches) == 40)
+        poll_until(lambda: sum(len(b) for b in batches) == 40, 90, "40 records in the batches")
         assert {s[1] for b in batches for s in b} == {0, 1, 2, 3, 4}
     finally:
         query.stop()
-
-
-def wait_for(condition: Any, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.5)

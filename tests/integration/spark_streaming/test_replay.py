@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from connectors.stores.base import CommitHooks
+from infra.polling import poll_until
 from spark_streaming.errors import ReplayError
 from spark_streaming.replay import replay
 from spark_streaming.runner import ViewRunner
@@ -147,11 +148,11 @@ def test_running_views_follow_a_replay_while_changes_keep_coming(
     feed.run(1000)
     thread.start()
     try:
-        wait_until(lambda: mirror_matches(feed, table))
+        poll_until(lambda: mirror_matches(feed, table), 120, "the mirror to equal the source")
         generation = spec.store.live_generation()
         replay(spark, spec, views_config.kafka, views_config.job_options())
         feed.run(300)  # the live job meets the swap at its next batch, restarts, catches up
-        wait_until(lambda: mirror_matches(feed, table))
+        poll_until(lambda: mirror_matches(feed, table), 120, "the mirror to equal the source")
         assert spec.store.live_generation() != generation
         assert any("was rebuilt" in line for line in logs), logs
     finally:
@@ -163,15 +164,8 @@ def test_running_views_follow_a_replay_while_changes_keep_coming(
 def mirror_matches(feed: ChangeFeed, table: str) -> bool:
     try:
         return mirror_rows(feed.dsn, table) == feed.rows()
-    except psycopg.Error:
+    except psycopg.errors.UndefinedTable:  # until the view's first batch creates it
         return False
-
-
-def wait_until(condition: Any, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.5)
 
 
 def test_a_replay_from_an_empty_topic_refuses_to_swap(

@@ -6,18 +6,20 @@ import json
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyspark
 import pytest
 
+from infra.errors import WaitTimeoutError
+from infra.polling import poll_until
+from infra.stack.isolated import free_port_block
 from spark_streaming.views import ViewsConfig
 from tests.integration.spark_streaming.changefeed import ChangeFeed, applied_counts, mirror_rows
 from tests.integration.spark_streaming.test_crash_recovery import driver, view_table
-from tests.ports import free_port_block
 
 SPARK_HOME = Path(pyspark.__file__).parent
 
@@ -77,21 +79,16 @@ class Cluster:
             f"{workers} workers",
         )
 
-    def _wait(self, ready: object, what: str, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(
-                    f"http://127.0.0.1:{self.ui_port}/json/", timeout=2
-                ) as r:
-                    if ready(json.load(r)):  # type: ignore[operator]
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                logs = "\n".join(p.read_text()[-800:] for p in self.work.glob("*.log"))
-                raise AssertionError(f"Spark {what} did not come up:\n{logs}")
-            time.sleep(0.5)
+    def _wait(self, ready: Any, what: str, timeout: float = 120) -> None:
+        def state() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as r:
+                return bool(ready(json.load(r)))
+
+        try:
+            poll_until(state, timeout, f"Spark {what}", retry_on=(OSError,))
+        except WaitTimeoutError as exc:
+            logs = "\n".join(p.read_text()[-800:] for p in self.work.glob("*.log"))
+            raise AssertionError(f"Spark {what} did not come up:\n{logs}") from exc
 
     def stop(self) -> None:
         for proc in reversed(self.procs):

@@ -14,7 +14,8 @@ from cdc.connector import topic_spec_for
 from cdc.publisher import LSN_HEADER, OutgoingChange
 from connectors.changes import TXID_HEADER, Row
 from connectors.kafka import KafkaConfig, TopicAdmin
-from tests.integration.social.feed import social_outbox
+from connectors.kafka.producing import idempotent_producer
+from examples.social.feed import social_outbox
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -98,11 +99,7 @@ def produce(kafka: KafkaConfig, records: Sequence[OutgoingChange], partitions: i
     spec = topic_spec_for(partitions)
     for topic in dict.fromkeys(r.topic for r in records):
         admin.ensure(spec(topic))
-    producer = Producer(
-        kafka.client_properties(
-            **{"enable.idempotence": True, "linger.ms": 5, "partitioner": "murmur2_random"}
-        )
-    )
+    producer = idempotent_producer(kafka, {"linger.ms": 5}, java_placement=True)
     for r in records:
         producer.produce(r.topic, key=r.key, value=r.value, headers=list(r.headers))
         producer.poll(0)

@@ -15,10 +15,10 @@ from connectors.avro import (
     event_parts,
     schema_id_of,
 )
+from connectors.schema_registry.memory import MemoryRegistry
 from event_store import Event, EventCodec, EventRegistry
 from event_store.schemas import EventSchemaError, avro_schema, register_event_schemas
 from examples.social.posts import POST_EVENTS, PostCreated
-from tests.memory_registry import MemoryRegistry
 
 EVENT_ID = str(uuid.uuid4())
 DATA = {

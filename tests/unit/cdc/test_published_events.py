@@ -9,7 +9,7 @@ from cdc.outbox import EventOutbox
 from cdc.publisher import PublishedEvent, StreamVersion, latest_per_stream
 from connectors.debezium import DebeziumPostgresConfig
 from connectors.postgres import PostgresConfig
-from tests.memory_registry import MemoryRegistry
+from connectors.schema_registry.memory import MemoryRegistry
 
 
 def _event(stream_id: str, version: int, offset: int) -> PublishedEvent:

@@ -50,12 +50,25 @@ def test_murmur2_matches_the_java_client() -> None:
         assert murmur2(data) == signed & 0xFFFFFFFF
 
 
-def test_a_key_always_lands_in_one_partition_in_range() -> None:
-    for i in range(200):
-        key = f"key-{i}".encode()
-        assert 0 <= partition_for(key, 7) < 7
-        assert partition_for(key, 7) == partition_for(key, 7)
+def test_a_key_lands_in_the_partition_the_java_client_picks() -> None:
+    # Java: Utils.toPositive(Utils.murmur2(key)) % partitions (the sign bit masked, not abs):
+    # the partitions of Kafka's test vectors above, worked out by hand for 7 and 12 partitions.
+    expected = {
+        b"21": (3, 0),
+        b"foobar": (0, 6),
+        b"a-little-bit-long-string": (1, 8),
+        b"a-little-bit-longer-string": (0, 11),
+        b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": (3, 5),
+        b"abc": (4, 3),
+    }
+    for key, (of_7, of_12) in expected.items():
+        assert (partition_for(key, 7), partition_for(key, 12)) == (of_7, of_12), key
         assert partition_for(key, 1) == 0
+
+
+def test_keys_spread_over_every_partition_in_range() -> None:
+    placed = [partition_for(f"key-{i}".encode(), 7) for i in range(200)]
+    assert set(placed) == set(range(7))
 
 
 def test_names_of_topics_and_ledger_keys() -> None:

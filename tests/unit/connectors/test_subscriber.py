@@ -10,6 +10,7 @@ import pytest
 from cdc.outbox import EventOutbox
 from connectors.avro import AvroDecodeError, SchemaCache
 from connectors.kafka import KafkaConfig
+from connectors.schema_registry.memory import MemoryRegistry
 from connectors.subscriber import (
     KafkaPosition,
     SubscriberError,
@@ -24,7 +25,6 @@ from connectors.subscriber.policies import error_headers
 from connectors.subscriber.records import EventDecoder, EventRecord
 from event_store.schemas import register_event_schemas
 from examples.social.posts import POST_EVENTS
-from tests.memory_registry import MemoryRegistry
 
 
 def _event_value(registry: MemoryRegistry) -> tuple[str, bytes]:

@@ -51,11 +51,14 @@ def run(batches: list[list[dict[str, Any]]]) -> tuple[dict[str, Any], dict[str, 
         waiting = _frame_of(_frame_bytes(waiting), WAITING_COLUMNS)
         for row in out:
             key = (row["collection"], row["key"])
-            assert key not in latest or latest[key][0] < row["position"] or row["collection"] == "clicks"
+            newer = key not in latest or latest[key][0] < row["position"]
+            assert newer or row["collection"] == "clicks"
             latest[key] = (row["position"], json.loads(row["fields"]))
         for item in counts.to_dict("records"):
-            entry = totals.setdefault(item["d_query"], dict.fromkeys(
-                ("d_searches", "d_clicked", "d_no_click", "d_open"), 0))
+            entry = totals.setdefault(
+                item["d_query"],
+                dict.fromkeys(("d_searches", "d_clicked", "d_no_click", "d_open"), 0),
+            )
             for name in entry:
                 entry[name] += int(item[name])
     return {f"{c}/{k}": v[1] for (c, k), v in latest.items()}, totals

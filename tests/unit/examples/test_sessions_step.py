@@ -38,9 +38,7 @@ def run(batches: list[list[tuple[int, int, str]]]) -> tuple[dict, list[tuple[int
 def reference(rows: list[tuple[int, int, str]]) -> dict:
     out = {}
     for user in {r[0] for r in rows}:
-        items = [
-            (t, t, 1, int(k == "search"), int(k != "search")) for u, t, k in rows if u == user
-        ]
+        items = [(t, t, 1, int(k == "search"), int(k != "search")) for u, t, k in rows if u == user]
         for start, last, n, s, c in merge_sessions(items):
             out[(user, start)] = (last, n, s, c)
     return out

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from infra import http_api
+from infra.http_api import auth as http_auth
 from infra.http_api import create_app
 from infra.settings import load_settings
 from projections.view import Query, QueryParam, View
@@ -116,7 +116,7 @@ def test_tokens_are_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(http_api.hmac, "compare_digest", compare)
+    monkeypatch.setattr(http_auth.hmac, "compare_digest", compare)
     api = client(api_token=COMMAND_TOKEN, api_read_token=READ_TOKEN)
     assert api.get("/echo/1", headers=bearer(COMMAND_TOKEN)).status_code == 200
     # Compared with every accepted token, not only until the first match.

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from infra.http_api import create_app
 from infra.settings import load_settings
+from infra.stack.isolated import free_port_block
 from tests.leaks import (
     COMMAND_TOKEN,
     KEYSTORE,
@@ -30,7 +31,6 @@ from tests.leaks import (
     secret_env,
     secret_settings,
 )
-from tests.ports import free_port_block
 
 COMMANDS = (
     "status",

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 from connectors.errors import StoreUnavailableError
-from infra.cli_views import views_config
 from infra.settings import load_settings
+from infra.stack.isolated import free_port_block
+from infra.views import views_config
 from spark_streaming.views import configured_views
-from tests.ports import free_port_block
 
 
 def test_the_timeline_query_reads_through_the_read_url(tmp_path: Path) -> None:

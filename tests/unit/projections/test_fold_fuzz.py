@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from connectors.avro import SchemaCache, use_schemas
+from connectors.schema_registry.memory import MemoryRegistry
 from examples.social.views.folds import fold_profile
 from projections.mirror import fold_changes
 from projections.view import writes_from_folded
 from spark_streaming.kafka_reader import ARROW_SCHEMA
-from tests.memory_registry import MemoryRegistry
 
 TOPIC = "cdc.public.t"
 

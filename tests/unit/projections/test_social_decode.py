@@ -6,10 +6,10 @@ import uuid
 
 from cdc.outbox import EventOutbox
 from connectors.avro import SchemaCache
+from connectors.schema_registry.memory import MemoryRegistry
 from event_store.schemas import register_event_schemas
 from examples.social.posts import POST_EVENTS
 from examples.social.views.folds import decode_event
-from tests.memory_registry import MemoryRegistry
 
 
 def _row(event_type: str, version: int, data: dict[str, object], schema_id: int | None) -> str:

@@ -1,5 +1,5 @@
-"""Our schema registry in memory, with the client methods the event code calls (for unit
-tests: the real registry's code, no HTTP)."""
+"""Our schema registry in memory, with the client methods the event code calls: the real
+registry's code without HTTP or a broker (for unit tests and benchmarks)."""
 
 from typing import Any
 
@@ -11,8 +11,12 @@ from connectors.schema_registry import (
     SchemaRegistryError,
 )
 
+__all__ = ["MemoryRegistry"]
+
 
 class MemoryRegistry:
+    """A :class:`SchemaRegistry` over an in-memory log, with the client's methods."""
+
     def __init__(self) -> None:
         state = RegistryState()
         self.registry = SchemaRegistry(state, MemoryLog(state))

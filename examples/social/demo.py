@@ -1,4 +1,5 @@
-"""The demo: the social network on the embedded local stack, end to end.
+"""The demo: the social network on the embedded local stack, end to end (``tributary demo``
+loads it by name: ``TRIBUTARY_DEMO``, ``examples.social.demo:run_demo`` by default).
 
 1. start the local stack (PostgreSQL, SeaweedFS + Tansu broker, Redis);
 2. create the CRUD ``users`` table and the event store;
@@ -33,10 +34,11 @@ from rich.table import Table
 from event_store import create_schema
 from event_store.command_topic import CommandClient, CommandTopics, ensure_topics
 from examples.social import prepare_database, upsert_user, users_table
-from infra.cli_views import views_config
+from infra.polling import poll_until
 from infra.settings import Settings
 from infra.stack import LocalStack
 from infra.supervision import Supervisor
+from infra.views import views_config
 from projections.view import View
 from spark_streaming.status import view_statuses
 from spark_streaming.views import configured_views
@@ -100,7 +102,7 @@ def run_demo(s: Settings, console: Console) -> bool:
     views = configured_views(views_config(s))
     demo = Demo(s, console, views, f"http://{s.api_host}:{s.api_port}")
     with supervised(s, console):
-        wait_for(lambda: _get(demo, "/health").status_code < 500, 180, "the HTTP API")
+        wait_for_demo(lambda: _get(demo, "/health").status_code < 500, 180, "the HTTP API")
         console.print(f"  HTTP API on {demo.api} (OpenAPI at {demo.api}/docs)")
         fill(demo, dsn)
         rename(demo, dsn)
@@ -135,17 +137,10 @@ def supervised(s: Settings, console: Console) -> Iterator[None]:
         worker.join(240)
 
 
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():
-                return
-        except Exception:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"demo: timed out waiting for {what}")
-        time.sleep(0.5)
+def wait_for_demo(check: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``check`` until it holds; the parts are still starting, so a failed read or an
+    HTTP error counts as not yet."""
+    poll_until(check, timeout, f"demo: {what}", retry_on=(Exception,))
 
 
 def _get(demo: Demo, path: str, **params: Any) -> httpx.Response:
@@ -260,7 +255,7 @@ def fill(demo: Demo, dsn: str) -> None:
                 live.update(progress_table(demo, dsn, n, accepted))
         posts = sum(1 for kind, _ in commands if kind == "CreatePost")
         # Lag 0 alone is not enough: a topic CDC has not created yet has no lag either.
-        wait_for(lambda: settled(demo, dsn, posts), 240, "the views to hold what was sent")
+        wait_for_demo(lambda: settled(demo, dsn, posts), 240, "the views to hold what was sent")
         live.update(progress_table(demo, dsn, len(commands), accepted))
     console.print()
     held = counts(demo, dsn)
@@ -317,7 +312,7 @@ def rename(demo: Demo, dsn: str) -> None:
             h["author_handle"] == new_handle for h in found if h["author_id"] == author
         )
 
-    wait_for(follows, 120, "search to show the new name")
+    wait_for_demo(follows, 120, "search to show the new name")
     found = [
         h for h in _get(demo, "/search", q=new_handle, limit=100).json() if h["author_id"] == author
     ]

@@ -9,12 +9,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from event_store.command_topic import CommandTopics
+from infra.commands import command_topics
 from infra.settings import Settings
 
-
-def topics_of(s: Settings) -> CommandTopics:
-    return CommandTopics(s.commands_topic, s.command_results_topic, s.command_topic_partitions)
+__all__ = ["Results"]
 
 
 class Results(threading.Thread):
@@ -30,7 +28,7 @@ class Results(threading.Thread):
         self.by_id: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.cond = threading.Condition()
         self.halt = threading.Event()
-        topics = topics_of(s)
+        topics = command_topics(s)
         props: dict[str, str | int] = {
             "group.id": f"{client}-{uuid.uuid4()}",
             "enable.auto.commit": "false",

@@ -2,7 +2,8 @@
 Debezium changes of the CRUD table, posts and follows as the outbox's Avro events. It keeps
 its own model of the source of truth (:class:`SocialState`) to compare the views with.
 
-Used by the fast view tests; the end-to-end tests run the real connector and event store.
+Used by the fast view tests and the benchmarks; the end-to-end tests run the real connector
+and event store.
 """
 
 import json
@@ -12,11 +13,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
-from confluent_kafka import Producer
-
 from cdc.outbox import EventOutbox
 from connectors.kafka import KafkaConfig, TopicAdmin, history_topic, state_topic
 from connectors.kafka.config import ClientValue
+from connectors.kafka.producing import idempotent_producer
 from connectors.schema_registry.client import RegistryClient
 from event_store.schemas import register_event_schemas
 from examples.social import hashtags
@@ -48,11 +48,10 @@ class SocialFeed:
     sent: list[Record] = field(default_factory=list)
     registry_url: str | None = None  # the schema registry (required: events are typed)
 
-    #: producer settings (a benchmark's feed sizes them for bulk)
+    #: producer settings beside idempotence and Java's key placement (a benchmark's feed sizes
+    #: them for bulk)
     producer_properties: ClassVar[dict[str, ClientValue]] = {
-        "enable.idempotence": True,
         "linger.ms": 10,
-        "partitioner": "murmur2_random",
     }
 
     def event_topic_prefix(self) -> str:
@@ -67,7 +66,9 @@ class SocialFeed:
         admin.ensure(state_topic(self.users_topic, self.partitions))
         for kind in ("post", "follows"):
             admin.ensure(history_topic(self.event_prefix + kind, self.partitions))
-        self.producer = Producer(self.kafka.client_properties(**self.producer_properties))
+        self.producer = idempotent_producer(
+            self.kafka, self.producer_properties, java_placement=True
+        )
         assert self.registry_url is not None, "events are typed: pass registry_url"
         self.outbox, self.schema_ids = social_outbox(self.registry_url)
         self.lsn = 5_000_000

@@ -1,0 +1,72 @@
+"""The command side of the API: commands run through the command bus, the database prepared
+on the first command as the processor does."""
+
+import threading
+from collections.abc import Callable
+
+from sqlalchemy import Engine
+
+from event_store import CommandBus, CommandRegistry, Rejected
+from event_store.command import CommandResult
+from event_store.command_topic import CommandEnvelope
+from event_store.errors import ConcurrencyError, EventStoreError, StorageError
+from infra.settings import Settings
+
+__all__ = ["CommandGateway"]
+
+
+class CommandGateway:
+    """Runs commands through the bus; the database is prepared (schema, the domain's tables)
+    on the first command, as the processor does, and again after a failure."""
+
+    def __init__(self, settings: Settings, bus: CommandBus | None) -> None:
+        self._prepare: Callable[[], None] | None = None
+        if bus is None:
+            from connectors.postgres import make_engine
+            from infra.commands import (
+                command_bus,
+                load_registry,
+                prepare_database,
+                register_schemas,
+            )
+
+            registry, module = load_registry(settings.command_handlers)
+            engine = make_engine(settings.postgres())
+            bus = command_bus(settings, engine, registry)
+
+            def prepare() -> None:
+                register_schemas(settings, registry)
+                prepare_database(settings, engine, module)
+
+            self._prepare = prepare
+        self.bus = bus
+        self._lock = threading.Lock()
+
+    @property
+    def registry(self) -> CommandRegistry:
+        return self.bus.registry
+
+    @property
+    def engine(self) -> Engine:
+        return self.bus.store.engine
+
+    def handle(self, envelope: CommandEnvelope) -> CommandResult:
+        """The command's result; raises the registry's decode errors for a command that does
+        not fit its type, and the database's errors when it fails."""
+        command = self.registry.decode(envelope.type, envelope.data)
+        with self._lock:
+            if self._prepare is not None:
+                self._prepare()
+                self._prepare = None
+        # Data the database refuses (a NUL character, an integer beyond bigint) and a
+        # handler's exception come back from the bus as the command's recorded rejection,
+        # as the processor answers them (event_store.faults); a StorageError is the
+        # database failing (503).
+        try:
+            return self.bus.send(command, envelope.command_id)
+        except ConcurrencyError as exc:
+            return Rejected(envelope.command_id, f"gave up after retries: {exc}")
+        except StorageError:
+            raise
+        except EventStoreError as exc:  # as the processor answers it
+            return Rejected(envelope.command_id, str(exc))

@@ -1,0 +1,84 @@
+"""``GET /metrics``: each view's state in Prometheus' text format, written by
+``prometheus-client`` from a collector that reads the views' stores on every scrape.
+
+- ``tributary_view_up`` (gauge): 1 when the view's store answered, else 0;
+- ``tributary_view_batch_id`` (gauge): the last batch the view committed;
+- ``tributary_view_<counter>``: each of the view's own counters (e.g. ``late_events`` of the
+  analytics jobs), untyped so that the names stay as they are (a Prometheus counter's samples
+  would have to end in ``_total``);
+
+all labelled ``view``.
+"""
+
+from collections.abc import Iterator, Sequence
+
+from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.concurrency import run_in_threadpool
+
+from infra.http_api.api import Api
+from projections.view import View
+
+__all__ = ["PROMETHEUS_TEXT", "ViewCollector", "add_metrics_route", "metrics_text"]
+
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class ViewCollector(Collector):
+    """A ``prometheus-client`` collector over views: their stores are read at each scrape."""
+
+    def __init__(self, views: Sequence[View]) -> None:
+        self.views = list(views)
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            "tributary_view_up", "1 when the view's store answered, else 0.", labels=["view"]
+        )
+        batch = GaugeMetricFamily(
+            "tributary_view_batch_id", "The last batch the view committed.", labels=["view"]
+        )
+        own: dict[str, Metric] = {}
+        for view in self.views:
+            try:
+                commit = view.store.committed(view.store.live_generation())
+                counters = view.metrics() if view.metrics is not None else {}
+            except Exception:  # a store that does not answer is a sample, not an error
+                up.add_metric([view.name], 0)
+                continue
+            up.add_metric([view.name], 1)
+            batch.add_metric([view.name], commit.batch_id)
+            for name, value in counters.items():
+                full = f"tributary_view_{name}"
+                metric = own.setdefault(full, Metric(full, f"The view's {name}.", "unknown"))
+                metric.add_sample(full, {"view": view.name}, value)
+        yield up
+        yield batch
+        yield from own.values()
+
+
+def metrics_text(views: Sequence[View]) -> str:
+    """The views' samples in Prometheus' text format (0.0.4)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ViewCollector(views))
+    return generate_latest(registry).decode()
+
+
+def add_metrics_route(app: FastAPI, api: Api) -> None:
+    async def metrics() -> PlainTextResponse:
+        text = await run_in_threadpool(metrics_text, api.views)
+        return PlainTextResponse(text, media_type=PROMETHEUS_TEXT)
+
+    app.add_api_route(
+        "/metrics",
+        metrics,
+        methods=["GET"],
+        summary="Metrics of every view (Prometheus text format)",
+        description="tributary_view_up, tributary_view_batch_id and each view's own counters"
+        " (e.g. tributary_view_late_events of the analytics jobs), labelled by view.",
+        tags=["health"],
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {}}, "description": "The samples."}},
+    )
