@@ -2,9 +2,9 @@
 
 Run: ``.venv/bin/python bench/append.py [--seconds 4] [--rounds 3] [--reads 200000]
 [--only appends|reads|eventsourcing]``. Uses ``TRIBUTARY_POSTGRES_URL`` when set, else starts
-a PostgreSQL of its own (``LocalStack`` with isolated settings) and stops it afterwards. Cases run in
-interleaved rounds (the machine is shared); it prints the median events/s per case and the
-ratios to the baselines measured in the same run. A measurement, not a test.
+a PostgreSQL of its own (``LocalStack`` with isolated settings) and stops it afterwards. Cases
+run in interleaved rounds (the machine is shared); it prints the median events/s per case and
+the ratios to the baselines measured in the same run. A measurement, not a test.
 
 Cases (each writer is its own process, so Python's GIL is not what is measured):
 
