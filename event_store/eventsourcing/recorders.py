@@ -262,10 +262,13 @@ class _OutboxRecorder(TributaryRecorder):
         params: dict[str, Any] = {
             "stream_id": self.stream_id(originator_id),
             "application": self.config.application,
-            "gt": None if gt is None else gt + 1,
-            "lte": None if lte is None else lte + 1,
-            "limit": limit,
         }
+        if gt is not None:
+            params["gt"] = gt + 1
+        if lte is not None:
+            params["lte"] = lte + 1
+        if limit is not None:
+            params["limit"] = limit
         with self.connection() as conn:
             rows = fetch_rows(conn, statement, params)
         return [
@@ -567,14 +570,14 @@ class TributarySnapshotRecorder(TributaryRecorder, AggregateRecorder):
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
         statement = self._statement(gt is not None, lte is not None, desc, limit is not None)
-        params = {
+        params: dict[str, Any] = {
             "application": self.config.application,
             "purpose": self.purpose,
             "id": self.stream_id(originator_id),
-            "gt": gt,
-            "lte": lte,
-            "limit": limit,
         }
+        for name, value in (("gt", gt), ("lte", lte), ("limit", limit)):
+            if value is not None:
+                params[name] = value
         with self.connection() as conn:
             rows = fetch_rows(conn, statement, params)
         return [
