@@ -227,10 +227,12 @@ class _OutboxRecorder(TributaryRecorder):
         key = (gt, lte, desc, limit)
         statement = self._select_events.get(key)
         if statement is None:
+            # The application is checked on the stream's rows, in a form the notification
+            # index cannot serve: the planner has no statistics for that partial index's
+            # expressions and would otherwise scan the application's whole log for a stream.
             where = [
                 "stream_id = %(stream_id)s",
-                OURS,
-                f"{APPLICATION} = %(application)s",
+                "metadata -> 'eventsourcing' ->> 'application' = %(application)s",
             ]
             if gt:
                 where.append("version > %(gt)s")

@@ -29,9 +29,6 @@ from sqlalchemy.pool import NullPool
 
 from event_store.schema import check_identifier, create_schema
 
-#: The metadata key of the library's part of a row.
-META_KEY = "eventsourcing"
-
 #: SQL expressions over an ``events`` row written by this module.
 OURS = "metadata ? 'eventsourcing'"
 APPLICATION = "(metadata #>> '{eventsourcing,application}')"
