@@ -1,10 +1,10 @@
 """Event store appends and reads against pgbench, a raw COPY and the eventsourcing library.
 
 Run: ``.venv/bin/python bench/append.py [--seconds 4] [--rounds 3] [--reads 200000]
-[--only appends|reads]``. Uses ``TRIBUTARY_POSTGRES_URL`` when set, else starts a PostgreSQL
-of its own (``LocalStack`` with isolated settings) and stops it afterwards. Cases run in
-interleaved rounds (the machine is shared); it prints the median events/s per case and the
-ratios to the baselines measured in the same run. A measurement, not a test.
+[--only appends|reads|eventsourcing]``. Uses ``TRIBUTARY_POSTGRES_URL`` when set, else starts
+a PostgreSQL of its own (``LocalStack`` with isolated settings) and stops it afterwards. Cases
+run in interleaved rounds (the machine is shared); it prints the median events/s per case and
+the ratios to the baselines measured in the same run. A measurement, not a test.
 
 Cases (each writer is its own process, so Python's GIL is not what is measured):
 
@@ -32,6 +32,10 @@ data, a command id in the metadata; the same rows in the eventsourcing library's
 - ``eventsourcing``: its notification log, ``select_notifications`` in pages of 10,000.
 
 Needs ``pip install -e '.[bench]'`` for the eventsourcing comparison (skipped without it).
+
+``--only eventsourcing`` (also run last without ``--only``): the persistence module
+``event_store.eventsourcing`` against the library's own PostgreSQL module, appends and
+notification reads (``bench/eventsourcing_persistence.py``).
 """
 
 import argparse
@@ -498,7 +502,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0, help="duration of each case")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
     parser.add_argument("--reads", type=int, default=200_000, help="events for the reads")
-    parser.add_argument("--only", choices=("appends", "reads"), help="one half only")
+    parser.add_argument(
+        "--only",
+        choices=("appends", "reads", "eventsourcing"),
+        help="one part only (eventsourcing: the persistence module event_store.eventsourcing "
+        "against the library's PostgreSQL recorder, bench/eventsourcing_persistence.py)",
+    )
     args = parser.parse_args()
     seconds = args.seconds
     try:
@@ -510,14 +519,20 @@ def main() -> None:
         print("eventsourcing is not installed (pip install -e '.[bench]'): skipping it")
 
     with database() as url:
-        names = prepare(url, uuid.uuid4().hex[:8])
-        try:
-            if args.only != "appends":
-                print(f"writing {args.reads:,} events for the reads ...", flush=True)
-                prepare_reads(url, names, args.reads, have_lib)
-            report(url, names, seconds, args.rounds, have_lib, args.only)
-        finally:
-            cleanup(url, names)
+        if args.only != "eventsourcing":
+            names = prepare(url, uuid.uuid4().hex[:8])
+            try:
+                if args.only != "appends":
+                    print(f"writing {args.reads:,} events for the reads ...", flush=True)
+                    prepare_reads(url, names, args.reads, have_lib)
+                report(url, names, seconds, args.rounds, have_lib, args.only)
+            finally:
+                cleanup(url, names)
+        if have_lib and args.only in (None, "eventsourcing"):
+            from eventsourcing_persistence import compare
+
+            print("\n== event_store.eventsourcing against the library's PostgreSQL module")
+            compare(url, seconds, args.rounds, args.reads)
 
 
 def report(
