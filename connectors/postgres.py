@@ -1,9 +1,19 @@
 """PostgreSQL access: SQLAlchemy 2 engines over psycopg 3."""
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, create_engine
-from sqlalchemy.engine import make_url
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+    from sqlalchemy.engine import URL
+
+
+def make_url(url: str) -> "URL":
+    """SQLAlchemy's parsed URL (SQLAlchemy is imported on first use: the CLI's settings hold
+    a :class:`PostgresConfig` without paying for it)."""
+    from sqlalchemy.engine import make_url as parse
+
+    return parse(url)
 
 
 @dataclass(frozen=True)
@@ -47,8 +57,10 @@ class PostgresConfig:
         return make_url(self.url).database or "postgres"
 
 
-def make_engine(config: PostgresConfig) -> Engine:
+def make_engine(config: PostgresConfig) -> "Engine":
     """An engine with a small pool, pre-ping on checkout, and psycopg 3 as the driver."""
+    from sqlalchemy import create_engine
+
     url = make_url(config.url)
     if url.drivername in ("postgresql", "postgres"):
         url = url.set(drivername="postgresql+psycopg")

@@ -233,6 +233,7 @@ class CommandBus:
         self.clock = clock
         self.states = StateCache(cache_size)
         self.attempts = 0  # appends tried, retries included (for tests and benchmarks)
+        self.conflicts = 0  # optimistic-concurrency conflicts met (each retried or given up)
         self._sql = _CommandStatements(store.tables.schema)
 
     def send(self, command: Command, command_id: str | None = None) -> CommandResult:
@@ -249,7 +250,9 @@ class CommandBus:
         for attempt in range(self.max_retries + 1):
             try:
                 return self._attempt(command, command_id, route)
-            except (ConcurrencyError, StatementsLost):
+            except (ConcurrencyError, StatementsLost) as exc:
+                if isinstance(exc, ConcurrencyError):
+                    self.conflicts += 1
                 if attempt == self.max_retries:
                     raise
             except Exception as exc:

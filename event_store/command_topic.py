@@ -1,9 +1,7 @@
 """The Kafka entry point: a processor for the ``commands`` topic and a client that sends to it.
 
-Wire format. ``commands``: key = the aggregate's stream id (so one stream's commands stay
-in order on one partition), value = JSON ``{"command_id": str, "type": str, "data": {…}}``.
-``command-results``: key = the command id, value = the result's JSON
-(``{"status": "accepted", …}`` or ``{"status": "rejected", "reason": …}``).
+Wire format: :mod:`event_store.command_wire`; the client that sends commands:
+:mod:`event_store.command_client` (both re-exported here).
 
 Position strategy. The processor reads *assigned* partitions (no consumer group: a group
 join costs ~23 s on the local broker, and one processor owns its partitions). For each
@@ -30,105 +28,51 @@ import json
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from connectors.errors import KafkaError
-from connectors.kafka import KafkaConfig, TopicAdmin, TopicSpec
+from connectors.kafka import KafkaConfig
 from connectors.kafka.config import ClientValue
-from connectors.kafka.offsets import probe_consumer, true_watermarks
-from connectors.kafka.producing import IDEMPOTENT, Deliveries, idempotent_producer
+from connectors.kafka.producing import IDEMPOTENT, Deliveries
 from event_store.bus import CommandBus
-from event_store.command import CommandResult, Rejected, result_from_json
+from event_store.command import CommandResult, Rejected
+from event_store.command_client import CommandClient, ResultWaiter
+from event_store.command_wire import (
+    MAX_COMMAND_ID_CHARS,
+    CommandEnvelope,
+    CommandTopics,
+    ensure_topics,
+    parse_envelope,
+)
 from event_store.consumer_positions import ConsumerPositions
 from event_store.errors import (
-    CommandTimeoutError,
     ConcurrencyError,
     EventStoreError,
     MalformedCommandError,
     StorageError,
 )
 from event_store.faults import brief, command_fault, traceback_of
+from event_store.outcomes import CommandObserver, CommandOutcome, Outcome
 from event_store.prepared import StatementsLost
-from event_store.registry import CommandRegistry
+
+__all__ = [
+    "MAX_COMMAND_ID_CHARS",
+    "PROCESSOR_BATCH",
+    "PROCESSOR_CONSUMER",
+    "PROCESSOR_PRODUCER",
+    "CommandClient",
+    "CommandEnvelope",
+    "CommandProcessor",
+    "CommandTopics",
+    "ResultWaiter",
+    "ensure_topics",
+    "handle_message",
+    "parse_envelope",
+]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class CommandTopics:
-    """Names and partition count of the command and result topics."""
-
-    commands: str = "commands"
-    results: str = "command-results"
-    partitions: int = 4
-
-    def specs(self) -> list[TopicSpec]:
-        return [
-            TopicSpec(self.commands, self.partitions, "delete"),
-            TopicSpec(self.results, self.partitions, "delete"),
-        ]
-
-
-def ensure_topics(kafka: KafkaConfig, topics: CommandTopics) -> None:
-    """Create the command and result topics if absent (checking them otherwise)."""
-    admin = TopicAdmin(kafka)
-    for spec in topics.specs():
-        admin.ensure(spec)
-
-
-@dataclass(frozen=True)
-class CommandEnvelope:
-    """A decoded ``commands`` message: its id, its type name and its data (not yet checked)."""
-
-    command_id: str
-    type: str
-    data: dict[str, Any]
-
-    def to_json(self) -> bytes:
-        return json.dumps(
-            {"command_id": self.command_id, "type": self.type, "data": self.data}
-        ).encode()
-
-
-#: The longest command id an envelope may carry: up to 2 kB in UTF-8, which the primary
-#: key's index of the commands table always holds (a btree row holds about 2.7 kB).
-MAX_COMMAND_ID_CHARS = 512
-
-
-def parse_envelope(value: bytes | None) -> CommandEnvelope:
-    """Decode a message value; raises :class:`MalformedCommandError` saying what is wrong."""
-    if value is None:
-        raise MalformedCommandError("message has no value (expected a JSON command envelope)")
-    try:
-        parsed = json.loads(value)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MalformedCommandError(f"message value is not JSON: {exc}") from exc
-    if not isinstance(parsed, dict):
-        raise MalformedCommandError("message value must be a JSON object")
-    command_id = parsed.get("command_id")
-    if not isinstance(command_id, str) or not command_id.strip():
-        raise MalformedCommandError("command_id is missing or not a non-empty string")
-    if len(command_id) > MAX_COMMAND_ID_CHARS:
-        raise MalformedCommandError(
-            f"command_id is longer than {MAX_COMMAND_ID_CHARS} characters ({len(command_id)}):"
-            " the store cannot index it; send a shorter idempotency key (a UUID)",
-            command_id,
-        )
-    command_type = parsed.get("type")
-    if not isinstance(command_type, str) or not command_type:
-        raise MalformedCommandError("type is missing or not a non-empty string", command_id)
-    data = parsed.get("data", {})
-    if not isinstance(data, dict):
-        raise MalformedCommandError("data must be a JSON object", command_id)
-    extra = sorted(set(parsed) - {"command_id", "type", "data"})
-    if extra:
-        raise MalformedCommandError(f"unknown envelope fields: {', '.join(extra)}", command_id)
-    return CommandEnvelope(command_id, command_type, data)
 
 
 def handle_message(bus: CommandBus, value: bytes | None) -> CommandResult:
@@ -138,19 +82,24 @@ def handle_message(bus: CommandBus, value: bytes | None) -> CommandResult:
     was not handled, and the processor must not move past it. Everything the message's
     content causes is its rejection (:func:`~event_store.faults.command_fault`).
     """
+    return _handle(bus, value)[0]
+
+
+def _handle(bus: CommandBus, value: bytes | None) -> tuple[CommandResult, Outcome]:
     try:
         envelope = parse_envelope(value)
     except MalformedCommandError as exc:
-        return Rejected(exc.command_id, exc.reason)
+        return Rejected(exc.command_id, exc.reason), "rejected"
     try:
         command = bus.registry.decode(envelope.type, envelope.data)
-        return bus.send(command, envelope.command_id)
+        result = bus.send(command, envelope.command_id)
+        return result, "rejected" if isinstance(result, Rejected) else "accepted"
     except ConcurrencyError as exc:
-        return Rejected(envelope.command_id, f"gave up after retries: {exc}")
+        return Rejected(envelope.command_id, f"gave up after retries: {exc}"), "conflicting"
     except (StorageError, StatementsLost):
         raise  # the database failed, not the command: do not move past the message
     except EventStoreError as exc:  # a stored event that does not decode, ...
-        return Rejected(envelope.command_id, str(exc))
+        return Rejected(envelope.command_id, str(exc)), "rejected"
     except Exception as exc:
         reason = command_fault(exc)
         if reason is None:
@@ -158,11 +107,12 @@ def handle_message(bus: CommandBus, value: bytes | None) -> CommandResult:
         log.warning(
             "command %s rejected: %s%s", brief(envelope.command_id), reason, traceback_of(exc)
         )
-        return Rejected(envelope.command_id, reason)
+        return Rejected(envelope.command_id, reason), "rejected"
 
 
-# The command processor's clients: positions are stored with the results in PostgreSQL, never
-# committed to Kafka; a short fetch wait (Tansu holds a fetch for its whole wait).
+# The command processor's clients: positions are stored with the results in PostgreSQL (the
+# truth it resumes from) and committed to its consumer group only for lag tools; a short fetch
+# wait (Tansu holds a fetch for its whole wait).
 PROCESSOR_CONSUMER: dict[str, ClientValue] = {
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
@@ -173,7 +123,13 @@ PROCESSOR_BATCH = 500  # most commands handled per batch
 
 
 class CommandProcessor:
-    """Consumes ``commands``, handles each through the bus, produces to ``command-results``."""
+    """Consumes ``commands``, handles each through the bus, produces to ``command-results``.
+
+    After each batch's positions are stored, they are also committed as the consumer group
+    ``consumer_name`` (asynchronously, never read back), so ``kafka-consumer-groups``, Kafka UI
+    and Burrow show the processor's lag. ``observer`` hears of every command handled
+    (:class:`~event_store.outcomes.CommandOutcome`, entry ``topic``).
+    """
 
     def __init__(
         self,
@@ -183,8 +139,12 @@ class CommandProcessor:
         consumer_name: str = "command-processor",
         partitions: Sequence[int] | None = None,
         batch_size: int = PROCESSOR_BATCH,
+        observer: CommandObserver | None = None,
     ) -> None:
         self.bus = bus
+        self.group = consumer_name
+        self.observer = observer
+        self._group_warned = False
         self.kafka = kafka
         self.topics = topics or CommandTopics()
         self.positions = ConsumerPositions(bus.store.tables, consumer_name)
@@ -229,7 +189,7 @@ class CommandProcessor:
                     raise KafkaError(f"consuming {self.topics.commands}: {err.str()}", err.name())
                 log.warning("consume error on %s: %s", self.topics.commands, err.str())
                 continue
-            result = handle_message(self.bus, msg.value())
+            result = self._handle(msg.value())
             # a command id read from JSON may hold a lone surrogate: keep it, byte for byte
             key = (
                 None
@@ -254,8 +214,27 @@ class CommandProcessor:
             raise KafkaError(f"results not delivered to {self.topics.results}: {failure}")
         with self.bus.store.engine.begin() as conn:
             self.positions.save(conn, self.topics.commands, next_offsets)
+        self._commit_group(next_offsets)
         self.handled += handled
         return handled
+
+    def _handle(self, value: bytes | None) -> CommandResult:
+        began, conflicts = time.perf_counter(), self.bus.conflicts
+        result, outcome = _handle(self.bus, value)
+        if self.observer is not None:
+            took = time.perf_counter() - began
+            self.observer(CommandOutcome("topic", outcome, took, self.bus.conflicts - conflicts))
+        return result
+
+    def _commit_group(self, next_offsets: dict[int, int]) -> None:
+        """Show the stored positions to lag tools (best effort: a failure is logged once)."""
+        parts = [TopicPartition(self.topics.commands, p, o) for p, o in next_offsets.items()]
+        try:
+            self._consumer.commit(offsets=parts, asynchronous=True)
+        except Exception as exc:  # confluent_kafka.KafkaException: lag tools only
+            if not self._group_warned:
+                log.warning("positions not committed as group %s: %s", self.group, exc)
+                self._group_warned = True
 
     def close(self) -> None:
         self._producer.flush(30)
@@ -276,115 +255,3 @@ class CommandProcessor:
             [TopicPartition(topic, p, stored.get(p, OFFSET_BEGINNING)) for p in partitions]
         )
         self._assigned = True
-
-
-class CommandClient:
-    """Sends commands to the ``commands`` topic and, optionally, waits for their results."""
-
-    def __init__(
-        self,
-        kafka: KafkaConfig,
-        topics: CommandTopics | None = None,
-        registry: CommandRegistry | None = None,
-    ) -> None:
-        self.kafka = kafka
-        self.topics = topics or CommandTopics()
-        self.registry = registry
-        self._producer = idempotent_producer(kafka)
-
-    def send(
-        self,
-        command_type: str,
-        data: dict[str, Any],
-        command_id: str | None = None,
-        key: str | None = None,
-    ) -> str:
-        """Produce one command (flushed); returns its command id.
-
-        The key defaults to the command's stream id when a registry is given and the
-        command decodes, else to the command id.
-        """
-        command_id = command_id or str(uuid.uuid4())
-        key = key or self._stream_key(command_type, data) or command_id
-        envelope = CommandEnvelope(command_id, command_type, data)
-        deliveries = Deliveries()
-        self._producer.produce(
-            self.topics.commands, key=key.encode(), value=envelope.to_json(), on_delivery=deliveries
-        )
-        failure = deliveries.confirm(self._producer, 30)
-        if failure is not None:
-            # e.g. the broker fenced this producer after it lost state: that is fatal to an
-            # idempotent producer, so the next send starts a new one (sending again is safe:
-            # the processor answers a known command id with its first result)
-            if deliveries.failures:
-                self._producer = idempotent_producer(self.kafka)
-            raise KafkaError(
-                f"command {command_id} not delivered to {self.topics.commands}: {failure}"
-            )
-        return command_id
-
-    def send_and_wait(
-        self,
-        command_type: str,
-        data: dict[str, Any],
-        command_id: str | None = None,
-        key: str | None = None,
-        timeout: float = 30.0,
-    ) -> CommandResult:
-        """Send, then wait for the result on ``command-results``."""
-        waiter = ResultWaiter(self.kafka, self.topics.results)
-        try:
-            sent_id = self.send(command_type, data, command_id, key)
-            return waiter.wait(sent_id, timeout)
-        finally:
-            waiter.close()
-
-    def _stream_key(self, command_type: str, data: dict[str, Any]) -> str | None:
-        if self.registry is None:
-            return None
-        try:
-            command = self.registry.decode(command_type, data)
-            stream_id: str = self.registry.route(command).stream_id(command)
-        except EventStoreError:
-            return None
-        return stream_id
-
-
-class ResultWaiter:
-    """Reads ``command-results`` from its end at creation time, looking for command ids."""
-
-    def __init__(self, kafka: KafkaConfig, topic: str) -> None:
-        self.topic = topic
-        self._consumer = probe_consumer(kafka)
-        metadata = self._consumer.list_topics(topic, timeout=15)
-        info = metadata.topics.get(topic)
-        if info is None or info.error is not None or not info.partitions:
-            self._consumer.close()
-            raise KafkaError(f"topic {topic} does not exist: start `tributary run commands`")
-        marks = true_watermarks(
-            self._consumer,
-            [(topic, p) for p in info.partitions],
-            fresh=lambda: probe_consumer(kafka),
-        )
-        self._consumer.assign(
-            [TopicPartition(topic, p, marks[(topic, p)][1]) for p in sorted(info.partitions)]
-        )
-
-    def wait(self, command_id: str, timeout: float = 30.0) -> CommandResult:
-        """The result for ``command_id``; raises :class:`CommandTimeoutError` after ``timeout``."""
-        deadline = time.monotonic() + timeout
-        wanted = command_id.encode("utf-8", "surrogatepass")
-        while time.monotonic() < deadline:
-            for msg in self._consumer.consume(100, min(0.5, max(deadline - time.monotonic(), 0))):
-                if msg.error() is not None or msg.key() != wanted:
-                    continue
-                value = msg.value()
-                if value is not None:
-                    return result_from_json(json.loads(value))
-        raise CommandTimeoutError(
-            f"no result for command {command_id} on {self.topic} within {timeout:.0f} s; "
-            "is `tributary run commands` running?"
-        )
-
-    def close(self) -> None:
-        self._consumer.close()

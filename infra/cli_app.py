@@ -2,20 +2,25 @@
 
 Nothing the CLI prints carries a password or token: :func:`fail` and the handler of unexpected
 errors mask them (:mod:`tributary.redact`), and so does every log record of the process.
+
+Heavy modules (pydantic's settings, the drivers, Spark) are imported by the commands that use
+them, never here or at the top of a command module: ``tributary --help`` and the commands that
+talk to a service start in a fraction of a second.
 """
 
 import sys
 import traceback
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from infra.settings import Settings, load_settings, settings_problems
 from tributary.errors import TributaryError
 from tributary.redact import install_log_redaction, redact
+
+if TYPE_CHECKING:
+    from infra.settings import Settings
 
 
 class RedactingTyper(typer.Typer):
@@ -45,8 +50,12 @@ err_console = Console(stderr=True)
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 
-def settings() -> Settings:
+def settings() -> "Settings":
     """The settings; exits 1 naming each wrong variable (never quoting a value) when invalid."""
+    from pydantic import ValidationError
+
+    from infra.settings import load_settings, settings_problems
+
     install_log_redaction()
     try:
         return load_settings()

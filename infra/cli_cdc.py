@@ -5,26 +5,22 @@ import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.table import Table
 
-from cdc.signals import ensure_signal_table, request_incremental_snapshot
-from cdc.slots import set_replica_identity_full, slot_info
-from cdc.status import StatusFile
-from connectors.debezium import ChangeFormat
 from connectors.kafka.config import is_secret_property
 from infra.cli_app import JsonFlag, app, console, fail, settings
-from infra.settings import Settings
-from infra.stack.process import is_alive
 from tributary.redact import redact_data
 
 if TYPE_CHECKING:
     from cdc.connector import ConnectorRuntime
+    from infra.settings import Settings
+
+ChangeFormat = Literal["json", "avro"]  # = connectors.debezium.ChangeFormat (not imported: slow)
 
 
-def cdc_runtime(s: Settings) -> "ConnectorRuntime":
+def cdc_runtime(s: "Settings") -> "ConnectorRuntime":
     # Imported here: the engine's modules (JPype) are only needed by the commands that use them.
     from cdc.connector import ConnectorRuntime
 
@@ -35,21 +31,32 @@ def cdc_runtime(s: Settings) -> "ConnectorRuntime":
     )
 
 
-def run_cdc(s: Settings) -> None:
-    """Run the connector in this process until SIGTERM/SIGINT (finish the batch, commit, exit)."""
+def run_cdc(s: "Settings", metrics_port: int | None = None) -> None:
+    """Run the connector in this process until SIGTERM/SIGINT (finish the batch, commit, exit);
+    its metrics are served on ``metrics_port`` (default: the setting)."""
     from cdc.connector import CdcConnector
+    from cdc.slots import set_replica_identity_full, slot_info
+    from infra.telemetry.cdc import ConnectorCollector, SlotCollector
+    from infra.telemetry.endpoint import part_registry, serve_part_metrics
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     if s.cdc_replica_identity_full:
         set_replica_identity_full(s.postgres(), list(s.cdc_replica_identity_full))
+    config = s.debezium()
     connector = CdcConnector(
-        s.debezium(), s.kafka(f"tributary-cdc-{s.cdc_connector_name}"), cdc_runtime(s)
+        config, s.kafka(f"tributary-cdc-{s.cdc_connector_name}"), cdc_runtime(s)
     )
+    metrics = part_registry()
+    metrics.register(ConnectorCollector(config.name, lambda: connector.status))
+    slot = config.slot_name
+    metrics.register(SlotCollector(slot, lambda: slot_info(s.postgres(), slot)))
+    endpoint = serve_part_metrics(s, "cdc", metrics, metrics_port)
     console.print(
         f"cdc: connector {s.cdc_connector_name} capturing {', '.join(s.cdc_tables)} "
-        f"into {s.cdc_topic_prefix}.<schema>.<table> (slot {s.debezium().slot_name})"
+        f"into {s.cdc_topic_prefix}.<schema>.<table> (slot {config.slot_name})"
+        + (f"; metrics at {endpoint.url}" if endpoint is not None else "")
     )
     connector.run(stop)
     console.print(f"cdc: stopped cleanly after {connector.status.records_published} changes")
@@ -60,6 +67,8 @@ def snapshot(
     tables: Annotated[list[str], typer.Argument(help="Tables to re-read, as schema.table.")],
 ) -> None:
     """Ask the running connector for an incremental snapshot of TABLES while streaming goes on."""
+    from cdc.signals import ensure_signal_table, request_incremental_snapshot
+
     s = settings()
     unknown = [t for t in tables if t not in s.cdc_tables]
     if unknown:
@@ -117,8 +126,12 @@ def hide_secrets(exported: dict[str, object]) -> dict[str, object]:
     return {**exported, "config": redact_data(hidden)}
 
 
-def cdc_status(s: Settings) -> dict[str, object]:
+def cdc_status(s: "Settings") -> dict[str, object]:
     """Connector state (from its status file and PID), slot's retained WAL, last change."""
+    from cdc.slots import slot_info
+    from cdc.status import StatusFile
+    from infra.stack.process import is_alive
+
     config = s.debezium()
     status = StatusFile(cdc_runtime(s).status_file(config.name)).read()
     state = "not started"
@@ -169,6 +182,8 @@ def cdc_status(s: Settings) -> dict[str, object]:
 @app.command("cdc-status")
 def cdc_status_command(as_json: JsonFlag = False) -> None:
     """The connector: state, changes published, last change time, the slot's retained WAL."""
+    from rich.table import Table
+
     info = redact_data(cdc_status(settings()))
     if as_json:
         sys.stdout.write(json.dumps(info) + "\n")

@@ -12,29 +12,34 @@ import signal
 import sys
 import time
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from connectors.postgres import make_engine
-from event_store import CommandRegistry
-from event_store.command_topic import CommandClient, CommandProcessor, ensure_topics
 from infra.cli_app import app, console, err_console, fail, settings
-from infra.commands import (
-    command_bus,
-    command_topics,
-    load_registry,
-    prepare_database,
-    register_schemas,
-)
-from infra.settings import Settings
-from infra.views import view_waiter
 from tributary.errors import TributaryError
 from tributary.redact import redact
 
+if TYPE_CHECKING:
+    from event_store import CommandRegistry
+    from infra.settings import Settings
 
-def run_commands(s: Settings) -> None:
-    """Create what is missing (schema, topics, the domain's tables), then process commands."""
+
+def run_commands(s: "Settings", metrics_port: int | None = None) -> None:
+    """Create what is missing (schema, topics, the domain's tables), then process commands;
+    the processor's metrics are served on ``metrics_port`` (default: the setting)."""
+    from connectors.postgres import make_engine
+    from event_store.command_topic import CommandProcessor, ensure_topics
+    from infra.commands import (
+        command_bus,
+        command_topics,
+        load_registry,
+        prepare_database,
+        register_schemas,
+    )
+    from infra.telemetry.commands import CommandMetrics
+    from infra.telemetry.endpoint import part_registry, serve_part_metrics
+
     registry, module = load_registry(s.command_handlers)
     register_schemas(s, registry)  # before anything: an incompatible event type stops here
     engine = make_engine(s.postgres())
@@ -43,7 +48,12 @@ def run_commands(s: Settings) -> None:
     topics = command_topics(s)
     kafka = s.kafka("tributary-commands")
     ensure_topics(kafka, topics)
-    processor = CommandProcessor(bus, kafka, topics, consumer_name=s.command_processor_name)
+    metrics = part_registry()
+    counts = CommandMetrics(metrics, "topic")
+    endpoint = serve_part_metrics(s, "commands", metrics, metrics_port)
+    processor = CommandProcessor(
+        bus, kafka, topics, consumer_name=s.command_processor_name, observer=counts.observe
+    )
 
     def stop(signum: int, frame: FrameType | None) -> None:
         processor.stop()
@@ -54,6 +64,8 @@ def run_commands(s: Settings) -> None:
         f"processing {topics.commands} → {topics.results} "
         f"(handlers {s.command_handlers}, store schema {s.event_store_schema})"
     )
+    if endpoint is not None:
+        console.print(f"metrics at {endpoint.url}")
     processor.run()
     console.print(f"stopped after {processor.handled} commands")
 
@@ -92,6 +104,9 @@ def command(
     ] = 30.0,
 ) -> None:
     """Send a command through the commands topic; with --wait print its result as JSON."""
+    from event_store.command_client import CommandClient
+    from infra.commands import command_topics, load_registry
+
     started = time.monotonic()
     try:
         parsed = json.loads(data)
@@ -120,8 +135,9 @@ def command(
         _wait_views(s, result.position_token, timeout - (time.monotonic() - started))
 
 
-def _wait_views(s: Settings, token: str, timeout: float) -> None:
+def _wait_views(s: "Settings", token: str, timeout: float) -> None:
     """Exit 3 naming the views that did not apply ``token`` within ``timeout``."""
+    from infra.views import view_waiter
     from spark_streaming.read_your_writes import ViewsLaggingError
 
     try:

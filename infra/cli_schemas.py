@@ -11,13 +11,12 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from connectors.schema_registry.client import RegistryClient
 from infra.cli_app import JsonFlag, app, console, fail, settings
 from tributary.errors import TributaryError
 
@@ -30,7 +29,13 @@ schemas_app = typer.Typer(
 app.add_typer(schemas_app)
 
 
-def _client() -> RegistryClient:
+if TYPE_CHECKING:
+    from connectors.schema_registry.client import RegistryClient
+
+
+def _client() -> "RegistryClient":
+    from connectors.schema_registry.client import RegistryClient
+
     return RegistryClient(settings().registry_url)
 
 

@@ -8,7 +8,6 @@ import typer
 from rich.table import Table
 
 from infra.cli_app import JsonFlag, app, console, settings
-from infra.verify import repair, verify, write_last
 
 FullFlag = Annotated[
     bool,
@@ -24,6 +23,8 @@ FullFlag = Annotated[
 def verify_command(as_json: JsonFlag = False, full: FullFlag = False) -> None:
     """Compare the source of truth (tables, event store) with the topics and every view;
     exit 0 when nothing is missing, stale or wrong, 1 otherwise."""
+    from infra.verify import verify, write_last
+
     s = settings()
     report = verify(s, full=full)
     result = report.as_dict()
@@ -73,6 +74,8 @@ def _read(records: int, whole: bool) -> str:
 def repair_command(as_json: JsonFlag = False) -> None:
     """Re-publish missing events from the event store, re-snapshot missing or stale rows,
     delete keys the tables no longer have; the views then converge."""
+    from infra.verify import repair
+
     done = repair(settings())
     if as_json:
         sys.stdout.write(json.dumps(done) + "\n")

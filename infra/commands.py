@@ -2,16 +2,17 @@
 event schemas registered, the domain's tables prepared, and the command bus every entry point
 (the ``commands`` topic, HTTP, the Python client) runs commands through."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine
-
-from connectors.schema_registry.client import RegistryClient
-from event_store import CommandBus, CommandRegistry, EventStore, SnapshotPolicy, create_schema
-from event_store.command_topic import CommandTopics
+from event_store.command_wire import CommandTopics
 from infra.plugins import load_named
-from infra.settings import Settings
 from tributary.errors import TributaryError
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from event_store import CommandBus, CommandRegistry
+    from infra.settings import Settings
 
 __all__ = [
     "command_bus",
@@ -22,13 +23,15 @@ __all__ = [
 ]
 
 
-def command_topics(s: Settings) -> CommandTopics:
+def command_topics(s: "Settings") -> CommandTopics:
     """The ``commands`` and ``command-results`` topics the settings name."""
     return CommandTopics(s.commands_topic, s.command_results_topic, s.command_topic_partitions)
 
 
-def load_registry(spec: str) -> tuple[CommandRegistry, Any]:
+def load_registry(spec: str) -> tuple["CommandRegistry", Any]:
     """The registry named by ``module:factory`` (a factory or an instance), and its module."""
+    from event_store import CommandRegistry
+
     target, module = load_named(spec, "command handlers", "TRIBUTARY_COMMAND_HANDLERS", "registry")
     registry = target() if callable(target) else target
     if not isinstance(registry, CommandRegistry):
@@ -36,9 +39,11 @@ def load_registry(spec: str) -> tuple[CommandRegistry, Any]:
     return registry, module
 
 
-def prepare_database(s: Settings, engine: Engine, module: Any) -> None:
+def prepare_database(s: "Settings", engine: "Engine", module: Any) -> None:
     """Create what is missing in PostgreSQL: the event store's schema, and the domain's tables
     (the handlers module's ``prepare_database(connection)`` hook, when it has one)."""
+    from event_store import create_schema
+
     with engine.begin() as conn:
         create_schema(conn, s.event_store_schema)
         prepare = getattr(module, "prepare_database", None)
@@ -47,10 +52,12 @@ def prepare_database(s: Settings, engine: Engine, module: Any) -> None:
             hook(conn)
 
 
-def register_schemas(s: Settings, registry: CommandRegistry) -> None:
+def register_schemas(s: "Settings", registry: "CommandRegistry") -> None:
     """Register the domain's event schemas in the schema registry: an event type the
     registry refuses as incompatible raises (naming the fields), so no event of that version
     is ever appended; from then on every appended event carries its schema's id."""
+    from connectors.schema_registry.client import RegistryClient
+
     client = RegistryClient(s.registry_url)
     try:
         registry.codec.register_schemas(client)
@@ -58,9 +65,11 @@ def register_schemas(s: Settings, registry: CommandRegistry) -> None:
         client.close()
 
 
-def command_bus(s: Settings, engine: Engine, registry: CommandRegistry) -> CommandBus:
+def command_bus(s: "Settings", engine: "Engine", registry: "CommandRegistry") -> "CommandBus":
     """The command bus every entry point (topic, HTTP) runs commands through (register the
     event schemas with :func:`register_schemas` before the first command)."""
+    from event_store import CommandBus, EventStore, SnapshotPolicy
+
     return CommandBus(
         EventStore(engine, s.event_store_schema),
         registry,

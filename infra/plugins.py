@@ -30,20 +30,34 @@ def load_named(spec: str, what: str, variable: str, default_attribute: str) -> t
     return target, module
 
 
+def configured_plugins() -> str:
+    """The ``cli_plugins`` setting, read as :class:`infra.settings.Settings` reads it
+    (``TRIBUTARY_CLI_PLUGINS``, then the TOML file, then the default) without loading the
+    settings' machinery: every command, ``--help`` included, builds the CLI first."""
+    import os
+    import tomllib
+
+    from infra.settings_file import config_file
+
+    value = os.environ.get("TRIBUTARY_CLI_PLUGINS")
+    if value is not None:
+        return value
+    path = config_file()
+    if path.is_file():
+        try:
+            from_file = tomllib.loads(path.read_text()).get("cli_plugins")
+        except (OSError, ValueError):
+            from_file = None  # the commands that load the settings say what is wrong
+        if isinstance(from_file, str):
+            return from_file
+    return DEFAULT_CLI_PLUGINS
+
+
 def add_cli_plugins(app: typer.Typer) -> None:
     """Add the Typer apps the ``cli_plugins`` setting names (``module:app``, comma-separated)
-    to the CLI. With settings that do not validate, the default plug-ins are added (every
-    command that needs the settings then says what is wrong); a plug-in that cannot be loaded
-    is left out."""
-    from pydantic import ValidationError
-
-    from infra.settings import load_settings
-
-    try:
-        specs = load_settings().cli_plugins
-    except (ValidationError, ValueError, OSError):
-        specs = DEFAULT_CLI_PLUGINS
-    for spec in (s.strip() for s in specs.split(",")):
+    to the CLI; a plug-in that cannot be loaded is left out (the commands that need the
+    settings say what is wrong with them)."""
+    for spec in (s.strip() for s in configured_plugins().split(",")):
         if not spec:
             continue
         try:

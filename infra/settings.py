@@ -6,10 +6,9 @@ environment variables, the TOML file named by ``TRIBUTARY_CONFIG_FILE`` (default
 small config objects built here (:meth:`Settings.kafka`, ...), never the settings.
 """
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
@@ -20,13 +19,14 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from connectors.debezium import DebeziumPostgresConfig
 from connectors.kafka.config import KafkaConfig, is_secret_property
 from connectors.postgres import PostgresConfig
 from tributary.redact import redact, register_secret, url_password
 
-CONFIG_FILE_ENV = "TRIBUTARY_CONFIG_FILE"
-DEFAULT_CONFIG_FILE = "tributary.toml"
+if TYPE_CHECKING:  # imported where used: the CLI's start does not pay for them
+    from connectors.debezium import DebeziumPostgresConfig
+
+from infra.settings_file import config_file
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -290,7 +290,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        path = Path(os.environ.get(CONFIG_FILE_ENV, DEFAULT_CONFIG_FILE))
+        path = config_file()
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         if path.is_file():
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
@@ -364,6 +364,18 @@ class Settings(BaseSettings):
         """The read-only role's PostgreSQL (the main one unless TRIBUTARY_VIEWS_READ_URL)."""
         return PostgresConfig(url=self.views_read_database_url)
 
+    def metrics_port(self, part: str) -> int:
+        """The metrics port of a long-running part (``cdc``, ``commands``, ``views``,
+        ``views-standby``; ``api`` serves them on its own port)."""
+        ports = {
+            "cdc": self.cdc_metrics_port,
+            "commands": self.commands_metrics_port,
+            "views": self.views_metrics_port,
+            "views-standby": self.views_standby_metrics_port,
+            "api": self.api_port,
+        }
+        return ports.get(part, 0)
+
     @property
     def cdc_state_dir(self) -> Path:
         return self.home / "cdc"
@@ -373,7 +385,9 @@ class Settings(BaseSettings):
         """What `verify` read of each topic (its checkpoints)."""
         return self.home / "verify"
 
-    def debezium(self) -> DebeziumPostgresConfig:
+    def debezium(self) -> "DebeziumPostgresConfig":
+        from connectors.debezium import DebeziumPostgresConfig
+
         return DebeziumPostgresConfig(
             name=self.cdc_connector_name,
             database=self.postgres(),
@@ -477,6 +491,23 @@ class Settings(BaseSettings):
     )
     api_host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
     api_port: int = Field(18080, description="Port of the HTTP API (tributary serve).")
+
+    # Each long-running part serves its own Prometheus metrics (GET /metrics; 0: none).
+    metrics_host: str = Field(
+        "127.0.0.1", description="Address the parts' metrics endpoints listen on."
+    )
+    cdc_metrics_port: int = Field(
+        18091, ge=0, le=65535, description="Metrics port of `tributary run cdc`."
+    )
+    commands_metrics_port: int = Field(
+        18092, ge=0, le=65535, description="Metrics port of `tributary run commands`."
+    )
+    views_metrics_port: int = Field(
+        18093, ge=0, le=65535, description="Metrics port of `tributary run views`."
+    )
+    views_standby_metrics_port: int = Field(
+        18094, ge=0, le=65535, description="Metrics port of the standby views process."
+    )
     index_dir: Path | None = Field(
         None, description="Folder of the search indexes (default <home>/indexes)."
     )

@@ -25,8 +25,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from connectors.kafka import KafkaConfig, TopicAdmin, history_topic
-from connectors.kafka.producing import idempotent_producer
+from connectors.kafka.config import KafkaConfig
+from connectors.kafka.topics import history_topic
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -199,6 +199,9 @@ class ActivityProducer:
 
     def __init__(self, kafka: KafkaConfig, topic: str = "activity", partitions: int = 2) -> None:
         self.topic = topic
+        from connectors.kafka import TopicAdmin  # the CLI starts without confluent-kafka
+        from connectors.kafka.producing import idempotent_producer
+
         TopicAdmin(kafka).ensure(history_topic(topic, partitions))
         self.producer = idempotent_producer(kafka, {"linger.ms": 20}, java_placement=True)
 

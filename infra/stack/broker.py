@@ -3,8 +3,6 @@
 import signal
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
-
 from infra.errors import MissingBinaryError
 from infra.stack.objectstore import BUCKET, ObjectStoreService
 from infra.stack.process import port_accepts
@@ -63,6 +61,8 @@ class BrokerService(Service):
     def ready(self) -> bool:
         if not port_accepts(self.port):
             return False
+        from confluent_kafka.admin import AdminClient  # imported here: `status` starts fast
+
         admin = AdminClient({"bootstrap.servers": self.endpoint(), "log_level": 0})
         try:
             admin.list_topics(timeout=3)

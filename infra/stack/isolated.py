@@ -12,7 +12,8 @@ from infra.stack.process import port_is_free
 
 __all__ = ["STACK_PORTS", "free_port_block", "isolated_settings", "settings_env"]
 
-STACK_PORTS = 12  # postgres, redis, broker, s3, 7 internal object-store ports, registry
+# postgres, redis, broker, s3, 7 internal object-store ports, registry; the parts' metrics
+STACK_PORTS = 16
 
 
 def free_port_block(size: int, low: int = 20000, high: int = 60000) -> int:
@@ -39,6 +40,10 @@ def isolated_settings(prefix: str = "tributary-test-", **overrides: object) -> S
         "objectstore_port": base + 3,
         "objectstore_internal_port": base + 4,
         "schema_registry_port": base + 11,
+        "cdc_metrics_port": base + 12,
+        "commands_metrics_port": base + 13,
+        "views_metrics_port": base + 14,
+        "views_standby_metrics_port": base + 15,
         "kafka_bootstrap_servers": None,
         "postgres_url": None,
         "redis_url": None,
@@ -59,4 +64,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "TRIBUTARY_OBJECTSTORE_PORT": str(settings.objectstore_port),
         "TRIBUTARY_OBJECTSTORE_INTERNAL_PORT": str(settings.objectstore_internal_port),
         "TRIBUTARY_SCHEMA_REGISTRY_PORT": str(settings.schema_registry_port),
+        "TRIBUTARY_CDC_METRICS_PORT": str(settings.cdc_metrics_port),
+        "TRIBUTARY_COMMANDS_METRICS_PORT": str(settings.commands_metrics_port),
+        "TRIBUTARY_VIEWS_METRICS_PORT": str(settings.views_metrics_port),
+        "TRIBUTARY_VIEWS_STANDBY_METRICS_PORT": str(settings.views_standby_metrics_port),
     }

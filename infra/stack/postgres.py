@@ -8,8 +8,6 @@ import stat
 import subprocess
 from pathlib import Path
 
-import psycopg
-
 from infra.errors import MissingBinaryError, StateFolderError
 from infra.stack.service import Service
 
@@ -106,6 +104,8 @@ class PostgresService(Service):
             )
 
     def ready(self) -> bool:
+        import psycopg  # imported here: `status` starts fast
+
         try:
             with psycopg.connect(self._dsn("postgres"), connect_timeout=2) as conn:
                 conn.execute("SELECT 1")
@@ -114,6 +114,8 @@ class PostgresService(Service):
             return False
 
     def after_ready(self) -> None:
+        import psycopg
+
         with psycopg.connect(self._dsn("postgres"), autocommit=True) as conn:
             exists = conn.execute(
                 "SELECT 1 FROM pg_database WHERE datname = %s", (APP_DATABASE,)

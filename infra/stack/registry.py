@@ -4,8 +4,6 @@ a process of its own, storing its schemas on the broker's compacted ``_schemas``
 import sys
 from pathlib import Path
 
-import httpx
-
 from infra.stack.service import Service
 
 NAME = "schema-registry"
@@ -53,6 +51,8 @@ class SchemaRegistryService(Service):
 
 def registry_answers(url: str) -> bool:
     """True when a registry at ``url`` answers ``GET /subjects``."""
+    import httpx  # imported here: `status` starts fast
+
     try:
         return httpx.get(f"{url.rstrip('/')}/subjects", timeout=2).status_code == 200
     except httpx.HTTPError:

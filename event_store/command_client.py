@@ -1,0 +1,136 @@
+"""Sending commands to the ``commands`` topic and waiting for their results on
+``command-results`` (what ``tributary command`` and services without HTTP use).
+
+Light on purpose: it needs the Kafka client and the result model, not the store's drivers, so
+a short-lived process (the CLI) starts fast.
+"""
+
+import json
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import TopicPartition
+
+from connectors.errors import KafkaError
+from connectors.kafka import KafkaConfig
+from connectors.kafka.offsets import probe_consumer, true_watermarks
+from connectors.kafka.producing import Deliveries, idempotent_producer
+from event_store.command import CommandResult, result_from_json
+from event_store.command_wire import CommandEnvelope, CommandTopics
+from event_store.errors import CommandTimeoutError, EventStoreError
+
+if TYPE_CHECKING:
+    from event_store.registry import CommandRegistry
+
+
+class CommandClient:
+    """Sends commands to the ``commands`` topic and, optionally, waits for their results."""
+
+    def __init__(
+        self,
+        kafka: KafkaConfig,
+        topics: CommandTopics | None = None,
+        registry: "CommandRegistry | None" = None,
+    ) -> None:
+        self.kafka = kafka
+        self.topics = topics or CommandTopics()
+        self.registry = registry
+        self._producer = idempotent_producer(kafka)
+
+    def send(
+        self,
+        command_type: str,
+        data: dict[str, Any],
+        command_id: str | None = None,
+        key: str | None = None,
+    ) -> str:
+        """Produce one command (flushed); returns its command id.
+
+        The key defaults to the command's stream id when a registry is given and the
+        command decodes, else to the command id.
+        """
+        command_id = command_id or str(uuid.uuid4())
+        key = key or self._stream_key(command_type, data) or command_id
+        envelope = CommandEnvelope(command_id, command_type, data)
+        deliveries = Deliveries()
+        self._producer.produce(
+            self.topics.commands, key=key.encode(), value=envelope.to_json(), on_delivery=deliveries
+        )
+        failure = deliveries.confirm(self._producer, 30)
+        if failure is not None:
+            # e.g. the broker fenced this producer after it lost state: that is fatal to an
+            # idempotent producer, so the next send starts a new one (sending again is safe:
+            # the processor answers a known command id with its first result)
+            if deliveries.failures:
+                self._producer = idempotent_producer(self.kafka)
+            raise KafkaError(
+                f"command {command_id} not delivered to {self.topics.commands}: {failure}"
+            )
+        return command_id
+
+    def send_and_wait(
+        self,
+        command_type: str,
+        data: dict[str, Any],
+        command_id: str | None = None,
+        key: str | None = None,
+        timeout: float = 30.0,
+    ) -> CommandResult:
+        """Send, then wait for the result on ``command-results``."""
+        waiter = ResultWaiter(self.kafka, self.topics.results)
+        try:
+            sent_id = self.send(command_type, data, command_id, key)
+            return waiter.wait(sent_id, timeout)
+        finally:
+            waiter.close()
+
+    def _stream_key(self, command_type: str, data: dict[str, Any]) -> str | None:
+        if self.registry is None:
+            return None
+        try:
+            command = self.registry.decode(command_type, data)
+            stream_id: str = self.registry.route(command).stream_id(command)
+        except EventStoreError:
+            return None
+        return stream_id
+
+
+class ResultWaiter:
+    """Reads ``command-results`` from its end at creation time, looking for command ids."""
+
+    def __init__(self, kafka: KafkaConfig, topic: str) -> None:
+        self.topic = topic
+        self._consumer = probe_consumer(kafka)
+        metadata = self._consumer.list_topics(topic, timeout=15)
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None or not info.partitions:
+            self._consumer.close()
+            raise KafkaError(f"topic {topic} does not exist: start `tributary run commands`")
+        marks = true_watermarks(
+            self._consumer,
+            [(topic, p) for p in info.partitions],
+            fresh=lambda: probe_consumer(kafka),
+        )
+        self._consumer.assign(
+            [TopicPartition(topic, p, marks[(topic, p)][1]) for p in sorted(info.partitions)]
+        )
+
+    def wait(self, command_id: str, timeout: float = 30.0) -> CommandResult:
+        """The result for ``command_id``; raises :class:`CommandTimeoutError` after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        wanted = command_id.encode("utf-8", "surrogatepass")
+        while time.monotonic() < deadline:
+            for msg in self._consumer.consume(100, min(0.5, max(deadline - time.monotonic(), 0))):
+                if msg.error() is not None or msg.key() != wanted:
+                    continue
+                value = msg.value()
+                if value is not None:
+                    return result_from_json(json.loads(value))
+        raise CommandTimeoutError(
+            f"no result for command {command_id} on {self.topic} within {timeout:.0f} s; "
+            "is `tributary run commands` running?"
+        )
+
+    def close(self) -> None:
+        self._consumer.close()
