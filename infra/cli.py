@@ -3,6 +3,7 @@
 from infra import (  # noqa: F401  (each module registers its commands)
     cli_analytics,
     cli_cdc,
+    cli_dlq,
     cli_events,
     cli_query,
     cli_run,

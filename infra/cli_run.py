@@ -4,22 +4,39 @@ import os
 import signal
 import sys
 import threading
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
 from infra.cli_app import app, console, err_console, fail, settings
-from infra.settings import Settings
 from infra.supervision import Supervisor
 from tributary.errors import TributaryError
 from tributary.redact import redact
+
+if TYPE_CHECKING:
+    from infra.settings import Settings
 
 COMPONENTS = ("cdc", "commands", "views", "api")
 STANDBY = "views-standby"
 
 
-def lease_name(component: str, s: Settings) -> str | None:
+def parts_file(s: "Settings") -> Path:
+    """Where ``tributary run`` keeps its parts' state (:mod:`infra.supervision`)."""
+    return (s.home / "run" / "parts.json").resolve()
+
+
+def metrics_url(s: "Settings", part: str) -> str | None:
+    """Where a part's metrics answer (None: it serves none)."""
+    port = s.metrics_port(part)
+    if port <= 0:
+        return None
+    host = s.api_host if part == "api" else s.metrics_host
+    return f"http://{host}:{port}/metrics"
+
+
+def lease_name(component: str, s: "Settings") -> str | None:
     """The lease a component holds while it runs (None: copies may run side by side)."""
     if component == "cdc":
         return f"cdc:{s.cdc_connector_name}"
@@ -28,7 +45,7 @@ def lease_name(component: str, s: Settings) -> str | None:
     return None  # views take one lease per view (infra.cli_views); the HTTP API scales out
 
 
-def _run_foreground(component: str, s: Settings) -> None:
+def _run_foreground(component: str, s: "Settings", metrics_port: int | None) -> None:
     name = lease_name(component, s)
     if name is not None:
         from connectors.leases import Lease
@@ -41,11 +58,11 @@ def _run_foreground(component: str, s: Settings) -> None:
     if component == "cdc":
         from infra.cli_cdc import run_cdc
 
-        run_cdc(s)
+        run_cdc(s, metrics_port)
     elif component == "commands":
         from infra.cli_events import run_commands
 
-        run_commands(s)
+        run_commands(s, metrics_port)
     elif component == "api":
         from infra.cli_serve import serve
 
@@ -56,14 +73,15 @@ def _run_foreground(component: str, s: Settings) -> None:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        run_views(s, stop)
+        run_views(s, stop, metrics_port=metrics_port)
 
 
-def run_component(component: str, s: Settings) -> None:
-    """Run one component in this process until SIGTERM/Ctrl-C, then exit."""
+def run_component(component: str, s: "Settings", metrics_port: int | None = None) -> None:
+    """Run one component in this process until SIGTERM/Ctrl-C, then exit (its metrics on
+    ``metrics_port``, default: the setting)."""
     code = 0
     try:
-        _run_foreground(component, s)
+        _run_foreground(component, s, metrics_port)
     except TributaryError as exc:
         err_console.print(
             f"[bold red]error:[/] {component}: {escape(redact(str(exc)))}", soft_wrap=True
@@ -84,17 +102,29 @@ def run(
         list[str] | None,
         typer.Argument(help=f"Any of {', '.join(COMPONENTS)} (default: all)."),
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=65535,
+            help="Port of the one component's metrics (default: its setting, e.g."
+            " TRIBUTARY_VIEWS_METRICS_PORT; 0: none).",
+        ),
+    ] = None,
 ) -> None:
     """Run the long-running parts until SIGTERM/Ctrl-C. One component runs in the foreground;
-    several run each in its own process, restarted with backoff if it dies."""
+    several run each in its own process, restarted with backoff if it dies. Each serves its
+    Prometheus metrics on its own port (`tributary status` lists them)."""
     chosen = list(dict.fromkeys(components or COMPONENTS))
     unknown = [c for c in chosen if c not in COMPONENTS]
     if unknown:
         fail(f"unknown component(s) {', '.join(unknown)}: choose from {', '.join(COMPONENTS)}")
     s = settings()
     if len(chosen) == 1:
-        run_component(chosen[0], s)
+        run_component(chosen[0], s, metrics_port)
         return
+    if metrics_port is not None:
+        fail("--metrics-port names the port of one component: run several with their settings")
     from connectors.leases import prepare
 
     try:  # the parts take leases: create their table once, before they start together
@@ -107,11 +137,20 @@ def run(
     parts = list(chosen)
     if "views" in chosen and s.views_standby:
         parts.append(STANDBY)  # a warm second views process takes over at once
+
+    def argv(name: str) -> list[str]:
+        command = [sys.executable, "-m", "infra.cli", "run", name.removesuffix("-standby")]
+        if name != "api":
+            command += ["--metrics-port", str(s.metrics_port(name))]
+        return command
+
     supervisor = Supervisor(
         parts,
-        lambda name: [sys.executable, "-m", "infra.cli", "run", name.removesuffix("-standby")],
+        argv,
         (s.home / "logs").resolve(),
         announce=lambda line: console.print(f"run: {line}"),
+        state_file=parts_file(s),
+        metrics_for=lambda name: metrics_url(s, name),
     )
     if s.verify_interval_s > 0:
         from infra.verify import VerifyLoop

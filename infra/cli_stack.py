@@ -3,23 +3,25 @@
 import json
 import sys
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from connectors.kafka.admin import TopicAdmin
 from infra.cli_app import JsonFlag, app, console, fail, settings
-from infra.settings import Settings
-from infra.stack import ComponentStatus, LocalStack
 from tributary.errors import TributaryError
 from tributary.redact import redact_data
+
+if TYPE_CHECKING:
+    from infra.settings import Settings
+    from infra.stack import ComponentStatus
 
 
 @app.command()
 def up() -> None:
     """Start the local stack (PostgreSQL, object store + broker, Redis, schema registry);
     idempotent."""
+    from infra.stack import LocalStack
+
     stack = LocalStack(settings())
     started = time.monotonic()
     try:
@@ -35,16 +37,22 @@ def down(
     purge: Annotated[bool, typer.Option("--purge", help="Also delete all data.")] = False,
 ) -> None:
     """Stop the local stack gracefully; data is kept unless --purge."""
+    from infra.stack import LocalStack
+
     LocalStack(settings()).down(purge=purge)
     console.print("stack stopped" + (" and purged" if purge else " (data kept)"))
 
 
 @app.command()
 def status(as_json: JsonFlag = False) -> None:
-    """Each component (up/down, endpoint, PID), the CDC connector and the views' positions."""
+    """Each component (up/down, endpoint, PID), the long-running parts (state, restarts, metrics
+    endpoint), the CDC connector and the views' positions."""
+    from infra.stack import LocalStack
+
     s = settings()
     statuses = LocalStack(s).status()
     rows: list[dict[str, object]] = [c.as_dict() for c in statuses]
+    rows += part_rows(s)
     services_up = {c.name for c in statuses if c.state == "up"}
     if s.kafka_bootstrap_servers is not None or {"postgres", "broker"} <= services_up:
         rows += runtime_rows(s)
@@ -55,18 +63,51 @@ def status(as_json: JsonFlag = False) -> None:
     print_status(statuses)
     extra = rows[len(statuses) :]
     if extra:
-        table = Table("part", "state", "position", "detail")
+        from rich.table import Table
+
+        table = Table("part", "state", "endpoint", "position", "detail")
         for row in extra:
             table.add_row(
                 str(row["name"]),
                 str(row["state"]),
+                str(row.get("endpoint") or "-"),
                 str(row.get("position", "-")),
                 str(row.get("detail", "")),
             )
         console.print(table)
 
 
-def print_status(statuses: list[ComponentStatus]) -> None:
+def part_rows(s: "Settings") -> list[dict[str, object]]:
+    """Each long-running part: as `tributary run` last saw it (``parts.json``), and where its
+    metrics answer (from the settings)."""
+    from infra.cli_run import COMPONENTS, STANDBY, metrics_url, parts_file
+    from infra.supervision import read_state
+
+    state = read_state(parts_file(s))
+    seen = state.get("parts") if state is not None else None
+    listed = seen if isinstance(seen, list) else []
+    known = {str(p["name"]): p for p in listed if isinstance(p, dict)}
+    names = [*COMPONENTS, *([STANDBY] if STANDBY in known else [])]
+    rows: list[dict[str, object]] = []
+    for name in names:
+        part = known.get(name, {})
+        restarts = part.get("restarts", 0)
+        rows.append(
+            {
+                "name": f"part:{name}",
+                "state": str(part.get("state", "not supervised")),
+                "endpoint": metrics_url(s, name) or "no metrics",
+                "pid": part.get("pid"),
+                "restarts": restarts,
+                "detail": f"restarts {restarts}" if part else "not started by `tributary run`",
+            }
+        )
+    return rows
+
+
+def print_status(statuses: list["ComponentStatus"]) -> None:
+    from rich.table import Table
+
     table = Table("component", "state", "endpoint", "pid")
     for c in statuses:
         color = "green" if c.state == "up" else "red"
@@ -74,14 +115,14 @@ def print_status(statuses: list[ComponentStatus]) -> None:
     console.print(table)
 
 
-def runtime_rows(s: Settings) -> list[dict[str, object]]:
+def runtime_rows(s: "Settings") -> list[dict[str, object]]:
     """The connector and each view as status rows (never fails: errors become the state)."""
-    from infra.cli_cdc import cdc_status
     from infra.cli_views import views_status
+    from infra.connector_state import cdc_status
 
     rows: list[dict[str, object]] = []
     try:
-        from infra.cli_cdc import wal_line
+        from infra.connector_state import wal_line
 
         cdc = cdc_status(s)
         last = cdc["last_change_at"]
@@ -146,6 +187,10 @@ def runtime_rows(s: Settings) -> list[dict[str, object]]:
 @app.command()
 def topics(as_json: JsonFlag = False) -> None:
     """Topics with partitions, end offsets and cleanup.policy."""
+    from rich.table import Table
+
+    from connectors.kafka.admin import TopicAdmin
+
     try:
         infos = TopicAdmin(settings().kafka("tributary-cli")).describe()
     except TributaryError as exc:

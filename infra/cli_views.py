@@ -8,29 +8,25 @@ import json
 import signal
 import sys
 import threading
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from connectors.leases import Lease
 from infra.cli_app import JsonFlag, app, console, fail, settings
-from infra.settings import Settings
-from infra.views import views_config
-from spark_streaming.replay import replay as replay_view
-from spark_streaming.replay import topic_records
-from spark_streaming.runner import ViewRunner
-from spark_streaming.session import spark_session
-from spark_streaming.status import ViewStatus, view_statuses
-from spark_streaming.view_job import BatchReport
-from spark_streaming.views import ViewsConfig, configured_views, find_view
 from tributary.errors import TributaryError
 from tributary.redact import redact, redact_data
 
+if TYPE_CHECKING:
+    from infra.settings import Settings
+    from spark_streaming.status import ViewStatus
+    from spark_streaming.view_job import BatchReport
+    from spark_streaming.views import ViewsConfig
 
-def _spark(s: Settings, config: ViewsConfig) -> Any:
+
+def _spark(s: "Settings", config: "ViewsConfig") -> Any:
+    from spark_streaming.session import spark_session
+
     return spark_session(
         config.spark_master,
         "tributary-views",
@@ -39,9 +35,22 @@ def _spark(s: Settings, config: ViewsConfig) -> Any:
     )
 
 
-def run_views(s: Settings, stop: threading.Event, names: list[str] | None = None) -> None:
+def run_views(
+    s: "Settings",
+    stop: threading.Event,
+    names: list[str] | None = None,
+    metrics_port: int | None = None,
+) -> None:
     """Run the configured views (or ``names``) until ``stop`` is set; a view whose query fails
-    is restarted with backoff. Raises TributaryError when there is nothing to run."""
+    is restarted with backoff; the batches' metrics are served on ``metrics_port`` (default:
+    the setting). Raises TributaryError when there is nothing to run."""
+    from connectors.leases import Lease
+    from infra.telemetry.batches import ViewBatchMetrics
+    from infra.telemetry.endpoint import part_registry, serve_part_metrics
+    from infra.views import views_config
+    from spark_streaming.runner import ViewRunner
+    from spark_streaming.views import configured_views, find_view
+
     config = views_config(s)
     specs = (
         [find_view(config, n) for n in names] if names else list(configured_views(config).values())
@@ -51,6 +60,11 @@ def run_views(s: Settings, stop: threading.Event, names: list[str] | None = None
             "no views configured: set TRIBUTARY_MIRROR_TABLES (e.g. public.users,public.posts)"
             " or TRIBUTARY_VIEWS (module:function of a view factory)"
         )
+    metrics = part_registry()
+    batches = ViewBatchMetrics(metrics)
+    endpoint = serve_part_metrics(s, "views", metrics, metrics_port)
+    if endpoint is not None:
+        console.log(f"views: metrics at {endpoint.url}")
     spark = _spark(s, config)
     try:
         ViewRunner(
@@ -61,13 +75,18 @@ def run_views(s: Settings, stop: threading.Event, names: list[str] | None = None
             log=lambda line: console.log(escape(redact(line))),
             replay_options=config.job_options(replay=True),
             lease_for=lambda name: Lease(s.postgres().dsn, name),
+            on_batch=batches.observe,
         ).run(stop)
     finally:
         spark.stop()
 
 
-def views_status(s: Settings) -> list[ViewStatus]:
+def views_status(s: "Settings") -> list["ViewStatus"]:
     """Each configured view's generation, batch id, offsets and lag."""
+    from infra.views import views_config
+    from spark_streaming.status import view_statuses
+    from spark_streaming.views import configured_views
+
     config = views_config(s)
     return view_statuses(list(configured_views(config).values()), config.kafka)
 
@@ -93,6 +112,19 @@ def replay(
     view: Annotated[str, typer.Argument(help="View name, e.g. mirror.public.users.")],
 ) -> None:
     """Rebuild a view from offset zero into a shadow, then swap it in atomically."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from infra.views import views_config
+    from spark_streaming.replay import replay as replay_view
+    from spark_streaming.replay import topic_records
+    from spark_streaming.views import find_view
+
     s = settings()
     config = views_config(s)
     try:
@@ -110,7 +142,7 @@ def replay(
         with progress:
             task = progress.add_task(f"replay {spec.name}", total=total)
 
-            def advance(report: BatchReport) -> None:
+            def advance(report: "BatchReport") -> None:
                 progress.update(task, advance=report.records)
 
             result = replay_view(
@@ -129,6 +161,8 @@ def replay(
 @app.command("views")
 def views_command(as_json: JsonFlag = False) -> None:
     """Each view: live generation, last batch id, offsets and lag behind its topics."""
+    from rich.table import Table
+
     try:
         statuses = views_status(settings())
     except TributaryError as exc:

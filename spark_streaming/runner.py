@@ -13,7 +13,7 @@ from connectors.leases import LeaseHeldError
 from projections.view import View
 from spark_streaming.errors import CheckpointLostError
 from spark_streaming.replay import replay
-from spark_streaming.view_job import JobOptions, ViewJob
+from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
 from tributary.backoff import Backoff
 
 
@@ -44,6 +44,7 @@ class ViewRunner:
         replay_options: JobOptions | None = None,
         lease_for: Callable[[str], Any] | None = None,
         standby_poll_s: float = 0.25,
+        on_batch: Callable[[BatchReport], None] | None = None,
     ) -> None:
         self.spark = spark
         self.kafka = kafka
@@ -54,6 +55,8 @@ class ViewRunner:
         # never runs twice, whatever starts a second copy.
         self.lease_for = lease_for
         self.standby_poll_s = standby_poll_s
+        # Hears of every micro-batch of every view (e.g. the process's metrics).
+        self.on_batch = on_batch
         self._leases: dict[str, Any] = {}
         self._waiting: dict[str, Any] = {}  # leases another process holds, tried again
         self.views = [
@@ -92,7 +95,7 @@ class ViewRunner:
         try:
             if not self._lease(view):
                 return
-            view.job = ViewJob(self.spark, view.spec, self.kafka, self.options, log=self.log)
+            view.job = self._job(view.spec)
             try:
                 view.query = view.job.start()
             except CheckpointLostError as lost:
@@ -103,12 +106,17 @@ class ViewRunner:
                     f"view {view.spec.name}: rebuilt generation {result.generation}"
                     f" ({result.records} records)"
                 )
-                view.job = ViewJob(self.spark, view.spec, self.kafka, self.options, log=self.log)
+                view.job = self._job(view.spec)
                 view.query = view.job.start()
             view.started_at = time.monotonic()
             self.log(f"view {view.spec.name}: running generation {view.job.generation}")
         except Exception as exc:
             self._failed(view, exc)
+
+    def _job(self, spec: View) -> ViewJob:
+        return ViewJob(
+            self.spark, spec, self.kafka, self.options, log=self.log, on_batch=self.on_batch
+        )
 
     def _failed(self, view: _Running, error: object) -> None:
         if view.job is not None:

@@ -4,7 +4,7 @@ behind the true ends of its topics. Works for every store kind."""
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from connectors.kafka import KafkaConfig, TopicAdmin
+from connectors.kafka import KafkaConfig, TopicAdmin, TopicInfo
 from projections.view import View
 from tributary.errors import TributaryError
 
@@ -46,18 +46,22 @@ class ViewStatus:
         }
 
 
-def view_statuses(views: Sequence[View], kafka: KafkaConfig) -> list[ViewStatus]:
+def view_statuses(
+    views: Sequence[View], kafka: KafkaConfig, topics: Sequence[TopicInfo] | None = None
+) -> list[ViewStatus]:
     """The status of each view (a view never run shows batch -1 and its whole topics as lag;
-    a store that cannot be reached shows the error)."""
-    admin = TopicAdmin(kafka)
-    existing = set(admin.topic_names())
+    a store that cannot be reached shows the error). ``topics``: the topics described already
+    (with their true ends), else they are described here."""
+    if topics is None:
+        admin = TopicAdmin(kafka)
+        wanted = sorted({t for view in views for t in view.topics} & set(admin.topic_names()))
+        topics = admin.describe(wanted)
+    described = {
+        info.name: {str(p.partition): p.end_offset for p in info.partitions} for info in topics
+    }
     out = []
     for view in views:
-        topics = [t for t in view.topics if t in existing]
-        ends = {
-            info.name: {str(p.partition): p.end_offset for p in info.partitions}
-            for info in admin.describe(topics)
-        }
+        ends = {t: described[t] for t in view.topics if t in described}
         try:
             generation = view.store.live_generation() if view.store.generations() else None
             commit = None if generation is None else view.store.committed(generation)

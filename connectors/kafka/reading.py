@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, Message, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
 from connectors.errors import KafkaError, TopicRewoundError
@@ -33,6 +33,7 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: dict[str, bytes | None]
+    timestamp_ms: int | None = None  # the record's timestamp (None: the broker gave none)
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,47 @@ def read_tail(
             out.extend(_read_partition(kafka, topic, p, start, high, timeout))
         ends[p] = high
     return Tail(out, ends)
+
+
+def read_range(
+    kafka: KafkaConfig, topic: str, partition: int, low: int, high: int, timeout: float = 60.0
+) -> list[Record]:
+    """The records of one partition from offset ``low`` until the position reaches ``high``
+    (at most the partition's true end)."""
+    return _read_partition(kafka, topic, partition, low, high, timeout) if high > low else []
+
+
+def read_at(
+    kafka: KafkaConfig, refs: list[tuple[str, int, int]], timeout: float = 10.0
+) -> dict[tuple[str, int, int], Record]:
+    """The records at given (topic, partition, offset); a record that is no longer there
+    (retention, compaction) or not fetched within ``timeout`` is left out."""
+    out: dict[tuple[str, int, int], Record] = {}
+    if not refs:
+        return out
+    consumer = _consumer(kafka, FETCH_WAITS_MS[0], 1)
+    try:
+        for topic, partition, offset in refs:
+            consumer.assign([TopicPartition(topic, partition, offset)])
+            deadline = time.monotonic() + timeout
+            found: list[Record] = []
+            while not found and time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is not None:
+                    if err.code() == RdKafkaError._PARTITION_EOF:
+                        break
+                    raise KafkaError(f"reading {topic}[{partition}]: {err.str()}", err.name())
+                if (msg.offset() or 0) > offset:
+                    break  # the record at the offset is gone
+                _take(msg, topic, partition, offset, offset + 1, found)
+            if found:
+                out[(topic, partition, offset)] = found[0]
+    finally:
+        consumer.close()
+    return out
 
 
 def _consumer(kafka: KafkaConfig, wait_ms: int, records: int) -> Consumer:
@@ -158,7 +200,18 @@ def _take(
     offset = msg.offset() or 0
     if offset >= high:
         return high
-    out.append(Record(topic, partition, offset, msg.key(), msg.value(), _headers(msg.headers())))
+    kind, stamp = msg.timestamp()
+    out.append(
+        Record(
+            topic,
+            partition,
+            offset,
+            msg.key(),
+            msg.value(),
+            _headers(msg.headers()),
+            stamp if kind != TIMESTAMP_NOT_AVAILABLE and stamp >= 0 else None,
+        )
+    )
     return offset + 1
 
 

@@ -1,5 +1,6 @@
 """The app: what the routes share (:class:`Api`) and :func:`create_app`, which puts the routes
-of each concern together (commands, health, metrics, the views' queries; errors and auth)."""
+of each concern together (commands, health, metrics, the dashboard, the views' queries; errors
+and auth)."""
 
 from collections.abc import Mapping, Sequence
 
@@ -9,12 +10,14 @@ from event_store import CommandBus
 from infra.http_api.api import Api
 from infra.http_api.auth import command_guard, read_guard
 from infra.http_api.commands import add_command_route
+from infra.http_api.dashboard import add_dashboard_routes
 from infra.http_api.errors import install_error_handlers
 from infra.http_api.gateway import CommandGateway
 from infra.http_api.health import add_health_route
-from infra.http_api.metrics import add_metrics_route
+from infra.http_api.metrics import add_metrics_route, serve_registry
 from infra.http_api.queries import add_query_route
 from infra.settings import Settings
+from infra.telemetry.overview import Overview
 from infra.view_queries import LazyWaiter, Waiter, declared_queries, default_waiter
 from projections.view import View
 from tributary.redact import install_log_redaction, register_secret
@@ -44,14 +47,18 @@ def create_app(
     view_list = list(views.values()) if isinstance(views, Mapping) else list(views)
     if waiter is None:
         waiter = LazyWaiter(lambda: default_waiter(view_list, settings))
+    overview = Overview(settings, view_list)
+    registry, commands = serve_registry(settings, view_list, overview)
     api = Api(
         settings,
         view_list,
         declared_queries(view_list),
-        CommandGateway(settings, bus),
+        CommandGateway(settings, bus, observer=commands.observe),
         waiter,
         command_guard(settings),
         read_guard(settings),
+        registry,
+        overview,
     )
     app = FastAPI(
         title="Tributary",
@@ -62,6 +69,7 @@ def create_app(
     add_command_route(app, api)
     add_health_route(app, api)
     add_metrics_route(app, api)
+    add_dashboard_routes(app, api)
     for entry in api.queries.values():
         add_query_route(app, api, entry)
     return app

@@ -1,5 +1,6 @@
-"""``GET /metrics``: each view's state in Prometheus' text format, written by
-``prometheus-client`` from a collector that reads the views' stores on every scrape.
+"""``GET /metrics``: ``tributary serve``'s metrics in Prometheus' text format, written by
+``prometheus-client`` (every name: :mod:`infra.telemetry`). Per view, read from its store at
+every scrape:
 
 - ``tributary_view_up`` (gauge): 1 when the view's store answered, else 0;
 - ``tributary_view_batch_id`` (gauge): the last batch the view committed;
@@ -7,7 +8,8 @@
   analytics jobs), untyped so that the names stay as they are (a Prometheus counter's samples
   would have to end in ``_total``);
 
-all labelled ``view``.
+all labelled ``view``; then the overview's (lag in records and seconds, dead letters, verify),
+the CDC slot's WAL against its budget, the commands run over HTTP, and the process's own.
 """
 
 from collections.abc import Iterator, Sequence
@@ -20,9 +22,20 @@ from prometheus_client.registry import Collector
 from starlette.concurrency import run_in_threadpool
 
 from infra.http_api.api import Api
+from infra.settings import Settings
+from infra.telemetry.cdc import SlotCollector
+from infra.telemetry.commands import CommandMetrics
+from infra.telemetry.endpoint import part_registry
+from infra.telemetry.overview import Overview, OverviewCollector
 from projections.view import View
 
-__all__ = ["PROMETHEUS_TEXT", "ViewCollector", "add_metrics_route", "metrics_text"]
+__all__ = [
+    "PROMETHEUS_TEXT",
+    "ViewCollector",
+    "add_metrics_route",
+    "metrics_text",
+    "serve_registry",
+]
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -66,18 +79,41 @@ def metrics_text(views: Sequence[View]) -> str:
     return generate_latest(registry).decode()
 
 
+def serve_registry(
+    s: Settings, views: Sequence[View], overview: Overview
+) -> tuple[CollectorRegistry, CommandMetrics]:
+    """``serve``'s registry: the views, the overview, the CDC slot, the commands it runs (the
+    returned :class:`CommandMetrics` counts them) and the process."""
+    registry = part_registry()
+    registry.register(ViewCollector(views))
+    registry.register(OverviewCollector(overview))
+    slot = s.debezium().slot_name
+
+    def slot_now() -> object:
+        from cdc.slots import slot_info
+
+        return slot_info(s.postgres(), slot)
+
+    registry.register(SlotCollector(slot, slot_now))
+    return registry, CommandMetrics(registry, "http")
+
+
 def add_metrics_route(app: FastAPI, api: Api) -> None:
     async def metrics() -> PlainTextResponse:
-        text = await run_in_threadpool(metrics_text, api.views)
-        return PlainTextResponse(text, media_type=PROMETHEUS_TEXT)
+        text = await run_in_threadpool(generate_latest, api.metrics)
+        return PlainTextResponse(text.decode(), media_type=PROMETHEUS_TEXT)
 
     app.add_api_route(
         "/metrics",
         metrics,
         methods=["GET"],
-        summary="Metrics of every view (Prometheus text format)",
-        description="tributary_view_up, tributary_view_batch_id and each view's own counters"
-        " (e.g. tributary_view_late_events of the analytics jobs), labelled by view.",
+        summary="Metrics of the views, lag, dead letters, verify, CDC's slot and the commands"
+        " (Prometheus text format)",
+        description="tributary_view_up, tributary_view_batch_id, tributary_view_lag_records,"
+        " tributary_view_lag_seconds, tributary_view_dead_letters and each view's own counters"
+        " (e.g. tributary_view_late_events of the analytics jobs), labelled by view;"
+        " tributary_verify_*, tributary_cdc_slot_*, tributary_commands_total and the"
+        " process's own.",
         tags=["health"],
         response_class=PlainTextResponse,
         responses={200: {"content": {"text/plain": {}}, "description": "The samples."}},

@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, disable_created_metrics
 from prometheus_client.exposition import start_http_server
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
@@ -21,8 +21,11 @@ log = logging.getLogger(__name__)
 
 
 def part_registry() -> CollectorRegistry:
-    """A registry with what every process shows (``process_*``, ``python_*``)."""
-    registry = CollectorRegistry(auto_describe=True)
+    """A registry with what every process shows (``process_*``, ``python_*``). The client's
+    ``*_created`` series (a gauge per counter and histogram in the text format) are turned off,
+    for the whole process: Prometheus does not use them and they double the series."""
+    disable_created_metrics()
+    registry = CollectorRegistry(auto_describe=False)  # collectors read at scrapes only
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)

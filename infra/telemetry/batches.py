@@ -1,0 +1,93 @@
+"""The views process's metrics, from each micro-batch's report
+(:class:`spark_streaming.view_job.BatchReport`, through the runner's ``on_batch``)."""
+
+import time
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["BATCH_BUCKETS_S", "BatchFacts", "ViewBatchMetrics"]
+
+BATCH_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class BatchFacts(Protocol):
+    """What a batch report carries that the metrics read."""
+
+    @property
+    def view(self) -> str: ...
+    @property
+    def records(self) -> int: ...
+    @property
+    def folded(self) -> int: ...
+    @property
+    def rejected(self) -> int: ...
+    @property
+    def applied(self) -> bool: ...
+    @property
+    def fold_s(self) -> float: ...
+    @property
+    def write_s(self) -> float: ...
+
+
+class ViewBatchMetrics:
+    """Counters, histograms and gauges of the views' micro-batches, labelled ``view``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.batches = Counter(
+            "tributary_view_batches",
+            "Micro-batches of the view (applied=false: the store already had the batch).",
+            ["view", "applied"],
+            registry=registry,
+        )
+        self.records_in = Counter(
+            "tributary_view_records_in",
+            "Kafka offsets the view's micro-batches read.",
+            ["view"],
+            registry=registry,
+        )
+        self.rows_out = Counter(
+            "tributary_view_rows_out",
+            "Folded rows (one per changed key) the view wrote to its store.",
+            ["view"],
+            registry=registry,
+        )
+        self.dead_letters = Counter(
+            "tributary_view_dead_letters",
+            "Records the view sent to its dead-letter topic dlq.<view>.",
+            ["view"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "tributary_view_batch_duration_seconds",
+            "Time of a micro-batch by stage: fold (read + fold + transfer) and write (the"
+            " store's atomic apply).",
+            ["view", "stage"],
+            buckets=BATCH_BUCKETS_S,
+            registry=registry,
+        )
+        self.last_duration = Gauge(
+            "tributary_view_last_batch_duration_seconds",
+            "The last micro-batch's time by stage (fold, write).",
+            ["view", "stage"],
+            registry=registry,
+        )
+        self.last_at = Gauge(
+            "tributary_view_last_batch_timestamp_seconds",
+            "When the view's last micro-batch ended (Unix time).",
+            ["view"],
+            registry=registry,
+        )
+
+    def observe(self, report: BatchFacts) -> None:
+        """Count one batch (the runner's ``on_batch``)."""
+        view = report.view
+        self.batches.labels(view, "true" if report.applied else "false").inc()
+        self.records_in.labels(view).inc(report.records)
+        if report.applied:
+            self.rows_out.labels(view).inc(report.folded)
+        self.dead_letters.labels(view).inc(report.rejected)
+        for stage, seconds in (("fold", report.fold_s), ("write", report.write_s)):
+            self.duration.labels(view, stage).observe(seconds)
+            self.last_duration.labels(view, stage).set(seconds)
+        self.last_at.labels(view).set(time.time())
