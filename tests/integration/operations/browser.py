@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -151,20 +151,16 @@ class Browser:
         return page
 
     def close(self) -> None:
-        try:
+        with suppress(DevToolsError, OSError):
             self.send("Browser.close", timeout=5)
-        except (DevToolsError, OSError):
-            pass
         try:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(10)
         for stream in (self._out, self._in):
-            try:
+            with suppress(OSError):
                 stream.close()
-            except OSError:
-                pass
 
 
 class Page:

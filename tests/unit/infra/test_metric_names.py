@@ -75,7 +75,7 @@ def lint(text: str) -> list[str]:
             names = {s.name for s in family.samples}
             infinite = [s for s in family.samples if s.labels.get("le") == "+Inf"]
             if not {f"{family.name}_sum", f"{family.name}_count"} <= names or not infinite:
-                problems.append(f"{family.name}: a histogram needs _bucket{{le=+Inf}}, _sum, _count")
+                problems.append(f"{family.name}: a histogram needs +Inf, _sum and _count")
     return problems
 
 
@@ -93,7 +93,8 @@ def views_process() -> CollectorRegistry:
     registry = part_registry()
     metrics = ViewBatchMetrics(registry)
     offsets = {"cdc.public.users": {"0": 120}}
-    metrics.observe(BatchReport("mirror.public.users", "g1", 4, 120, 80, 2, True, offsets, 0.4, 0.1))
+    mirror = "mirror.public.users"
+    metrics.observe(BatchReport(mirror, "g1", 4, 120, 80, 2, True, offsets, 0.4, 0.1))
     metrics.observe(BatchReport("timeline", "g1", 5, 0, 0, 0, False, offsets, 0.0, 0.0))
     return registry
 
