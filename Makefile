@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-APT_PACKAGES = postgresql-15 postgresql-contrib redis-server openjdk-17-jre-headless
+APT_PACKAGES = postgresql-15 postgresql-contrib redis-server openjdk-17-jre-headless chromium fonts-dejavu-core
 PYTEST_ARGS ?=
 # The suite runs in two processes (pytest-xdist), each with its own local stack; every test on
 # the session's SparkSession runs in one of them (the "spark" group, tests/integration/conftest.py).

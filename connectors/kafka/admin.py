@@ -11,7 +11,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from connectors.errors import KafkaError, TopicConfigMismatchError
 from connectors.kafka.config import KafkaConfig
-from connectors.kafka.offsets import probe_consumer, true_watermarks
+from connectors.kafka.offsets import TrueEnds, probe_consumer, true_watermarks
 from connectors.kafka.topics import TopicSpec
 
 
@@ -149,8 +149,17 @@ class TopicAdmin:
             except KafkaException as exc:
                 raise _raise(f"cannot delete topic {name}", exc) from exc
 
-    def describe(self, names: list[str] | None = None) -> list[TopicInfo]:
-        """Topics with partitions, true start/end offsets and cleanup.policy."""
+    def describe(
+        self,
+        names: list[str] | None = None,
+        *,
+        known: TrueEnds | None = None,
+        policies: dict[str, str | None] | None = None,
+    ) -> list[TopicInfo]:
+        """Topics with partitions, true start/end offsets and cleanup.policy. A caller that
+        asks again and again (a dashboard) passes ``known`` (true ends remembered, see
+        :class:`~connectors.kafka.offsets.TrueEnds`) and ``policies`` (each topic's policy,
+        asked once)."""
         names = self.topic_names() if names is None else names
         md = self._admin.list_topics(timeout=self._timeout)
         wanted = [(n, sorted(md.topics[n].partitions)) for n in names if n in md.topics]
@@ -161,16 +170,21 @@ class TopicAdmin:
                 [(n, p) for n, parts in wanted for p in parts],
                 self._timeout,
                 fresh=lambda: probe_consumer(self._config),
+                known=known,
             )
         finally:
             consumer.close()
+        cache = {} if policies is None else policies
+        for name, _ in wanted:
+            if name not in cache:
+                cache[name] = self.configs(name).get("cleanup.policy")
         return [
             TopicInfo(
                 name=name,
                 partitions=tuple(
                     PartitionInfo(p, marks[(name, p)][0], marks[(name, p)][1]) for p in parts
                 ),
-                cleanup_policy=self.configs(name).get("cleanup.policy"),
+                cleanup_policy=cache[name],
             )
             for name, parts in wanted
         ]

@@ -24,7 +24,7 @@ def part_registry() -> CollectorRegistry:
     """A registry with what every process shows (``process_*``, ``python_*``). The client's
     ``*_created`` series (a gauge per counter and histogram in the text format) are turned off,
     for the whole process: Prometheus does not use them and they double the series."""
-    disable_created_metrics()
+    disable_created_metrics()  # type: ignore[no-untyped-call]
     registry = CollectorRegistry(auto_describe=False)  # collectors read at scrapes only
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from connectors.kafka.offsets import TrueEnds
 from projections.view import View
 
 if TYPE_CHECKING:
@@ -152,6 +153,8 @@ class Overview:
         self.history: deque[_Sample] = deque(maxlen=max(2, int(history_s / step_s)))
         self._look: _Look | None = None
         self._lock = threading.Lock()
+        self._ends = TrueEnds()  # true ends remembered between looks (idle topics: no probe)
+        self._policies: dict[str, str | None] = {}
         self._watched_at = 0.0
         self._sampler: threading.Thread | None = None
         self._stop = threading.Event()
@@ -179,7 +182,7 @@ class Overview:
         look = _Look(time.time())
         kafka = self.kafka
         try:
-            look.topics = TopicAdmin(kafka).describe()
+            look.topics = TopicAdmin(kafka).describe(known=self._ends, policies=self._policies)
         except Exception as exc:  # the broker is down: the look says so
             look.errors.append(f"kafka: {exc}")
         described = {t.name: t for t in look.topics}

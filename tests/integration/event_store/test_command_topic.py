@@ -2,6 +2,7 @@
 
 import json
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -17,6 +18,7 @@ from event_store.command_topic import (
     ResultWaiter,
     ensure_topics,
 )
+from event_store.outcomes import CommandOutcome
 from tests.integration.conftest import Endpoints
 from tests.integration.event_store.conftest import StoreEnv
 
@@ -185,3 +187,49 @@ def test_cli_command_wait_prints_the_result_as_json(
         processor.stop()
         thread.join(30)
     assert env.count_events() == 1
+
+
+def group_offsets(stack: Endpoints, group: str, topic: str) -> dict[int, int]:
+    """A consumer group's committed offsets, as ``kafka-consumer-groups --describe`` reads them
+    (the admin API's ListConsumerGroupOffsets)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(stack.kafka.client_properties())
+    [future] = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+    result = future.result(timeout=30)
+    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.topic == topic}
+
+
+def test_the_processor_shows_its_positions_to_lag_tools_and_counts_outcomes(
+    stack: Endpoints, env: StoreEnv, topics: CommandTopics, unique: str
+) -> None:
+    heard: list[CommandOutcome] = []
+    bus = env.bus()
+    group = f"proc-{unique}"
+    processor = CommandProcessor(
+        bus, stack.kafka, topics, consumer_name=group, observer=heard.append
+    )
+    thread = _start(processor)
+    client = CommandClient(stack.kafka, topics, registry=bus.registry)
+    try:
+        for n in range(1, 9):
+            data = {"post_id": n, "author_id": 1, "text": f"post {n}"}
+            assert isinstance(client.send_and_wait("CreatePost", data, timeout=60), Accepted)
+        missing = client.send_and_wait("EditPost", {"post_id": 999, "text": "x"}, timeout=60)
+        assert isinstance(missing, Rejected)
+        ends = TopicAdmin(stack.kafka).end_offsets(topics.commands)
+        with bus.store.engine.connect() as conn:
+            stored = processor.positions.load(conn, topics.commands)
+        assert sum(ends.values()) == 9 and stored == {p: o for p, o in ends.items() if o}
+        # The commit is asynchronous: lag tools see the stored positions once it lands.
+        deadline = time.monotonic() + 30
+        while group_offsets(stack, group, topics.commands) != stored:
+            assert time.monotonic() < deadline, group_offsets(stack, group, topics.commands)
+            time.sleep(0.2)
+    finally:
+        processor.stop()
+        thread.join(30)
+    outcomes = [(o.entry, o.outcome) for o in heard]
+    assert outcomes == [("topic", "accepted")] * 8 + [("topic", "rejected")]
+    assert all(o.seconds > 0 for o in heard)

@@ -58,6 +58,8 @@ class Browser:
     @contextmanager
     def launch(cls, scratch: Path, width: int = 1440, height: int = 1000) -> Iterator["Browser"]:
         """Start Chromium with a fresh profile under ``scratch``; stopped (by PID) on exit."""
+        if not Path(CHROMIUM).exists():
+            raise FileNotFoundError(f"{CHROMIUM}: Debian's chromium is not installed (make setup)")
         profile = scratch / "chromium-profile"
         profile.mkdir(parents=True, exist_ok=True)
         to_child, commands = os.pipe()  # we write commands, Chromium reads fd 3

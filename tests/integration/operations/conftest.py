@@ -1,0 +1,57 @@
+"""Fixtures of the operators' tests: the session's SparkSession, a per-test views schema and
+change feed (as the Spark tests have them), and the CLI pointed at the session's stack."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.integration.conftest import Endpoints
+from tests.integration.spark_streaming.conftest import (  # noqa: F401  (the session's)
+    feed,
+    spark,
+    views_schema,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def cli_env(stack: Endpoints, home: Path, schema: str, **extra: str) -> dict[str, str]:
+    """The CLI on the session's services, with its own home and views schema."""
+    env = {
+        **os.environ,
+        "TRIBUTARY_HOME": str(home),
+        "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        "TRIBUTARY_SCHEMA_REGISTRY_URL": stack.settings.registry_url,
+        "TRIBUTARY_POSTGRES_URL": stack.database_url,
+        "TRIBUTARY_REDIS_URL": stack.redis_url,
+        "TRIBUTARY_VIEWS_SCHEMA": schema,
+        "TRIBUTARY_VIEW_CHECKPOINT_DIR": str(home / "checkpoints"),
+        "TRIBUTARY_MIRROR_TABLES": "",
+        "TRIBUTARY_VIEWS": "",
+        "TRIBUTARY_ANALYTICS": "",
+        "COLUMNS": "200",
+    }
+    env.update(extra)
+    return env
+
+
+def cli(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``tributary ARGS`` as a process."""
+    done = subprocess.run(
+        [sys.executable, "-m", "infra.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if check:
+        assert done.returncode == 0, f"tributary {' '.join(args)}: {done.stderr[-3000:]}"
+    return done
+
+
+def cli_json(env: dict[str, str], *args: str) -> Any:
+    return json.loads(cli(env, *args).stdout)
