@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
 import pyarrow as pa
 import redis
@@ -513,6 +514,127 @@ def kafka_memory(env: Env, keys: int, batch: int) -> dict[str, float]:
     return out
 
 
+# -- the staging format of the PostgreSQL store: CSV (what it uses) against COPY binary --------
+
+_PGCOPY = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags, header extension length
+
+
+def _be32(out: np.ndarray, at: np.ndarray, values: Any) -> None:
+    v = np.asarray(values).astype(np.int64).astype(np.uint32)
+    for i in range(4):
+        out[at + i] = ((v >> np.uint32(24 - 8 * i)) & np.uint32(0xFF)).astype(np.uint8)
+
+
+def _be64(out: np.ndarray, at: np.ndarray, values: Any) -> None:
+    v = np.asarray(values).astype(np.uint64)
+    for i in range(8):
+        out[at + i] = ((v >> np.uint64(56 - 8 * i)) & np.uint64(0xFF)).astype(np.uint8)
+
+
+def _text(column: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    array = column.combine_chunks().cast(pa.large_binary())
+    n = len(array)
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[array.offset : array.offset + n + 1]
+    data = np.frombuffer(array.buffers()[2] or b"\0", dtype=np.uint8)
+    valid = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    return offsets, data, valid
+
+
+def copy_binary(table: pa.Table, columns: Any) -> bytes:
+    """The staging rows in COPY's binary format, built column-wise with numpy (text, text,
+    jsonb, text, int8, int8[], bool, bool)."""
+    n = columns.n
+    texts = [_text(table[name]) for name in ("collection", "key", "fields", "member")]
+    lengths = [np.where(valid, np.diff(offsets), 0) for offsets, _, valid in texts]
+    extra = [0, 0, 1, 0]  # jsonb's version byte
+    sizes = [4 + np.where(texts[i][2], lengths[i] + extra[i], 0) for i in range(4)]
+    counts = np.diff(columns.change_offsets)
+    sizes += [np.full(n, 12), 4 + 20 + 12 * counts, np.full(n, 5), np.full(n, 5)]
+    starts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(2 + sum(sizes), out=starts[1:])
+    starts += len(_PGCOPY)
+    out = np.zeros(int(starts[-1]) + 2, dtype=np.uint8)
+    out[: len(_PGCOPY)] = np.frombuffer(_PGCOPY, np.uint8)
+    out[-2:] = 0xFF  # the trailer: -1 fields
+    out[starts[:-1] + 1] = 8  # fields per row
+    at = starts[:-1] + 2
+    for i, (offsets, data, valid) in enumerate(texts):
+        _be32(out, at, np.where(valid, lengths[i] + extra[i], -1))
+        body = at + 4
+        if extra[i]:
+            out[body[valid]] = 1
+            body = body + 1
+        size = lengths[i]
+        total = int(size.sum())
+        if total:
+            before = np.concatenate([[0], np.cumsum(size)[:-1]])
+            source = np.arange(total) + np.repeat(offsets[:-1] - before, size)
+            target = np.arange(total) + np.repeat(body - before, size)
+            out[target] = data[source]
+        at = at + sizes[i]
+    _be32(out, at, np.full(n, 8))
+    _be64(out, at + 4, columns.position)
+    at = at + 12
+    _be32(out, at, 20 + 12 * counts)
+    _be32(out, at + 4, np.ones(n))  # dimensions
+    _be32(out, at + 8, np.zeros(n))  # no nulls
+    _be32(out, at + 12, np.full(n, 20))  # int8's type oid
+    _be32(out, at + 16, counts)
+    _be32(out, at + 20, np.ones(n))  # lower bound
+    m = len(columns.change_values)
+    element = np.repeat(at + 24, counts) + 12 * (
+        np.arange(m) - np.repeat(columns.change_offsets[:-1], counts)
+    )
+    _be32(out, element, np.full(m, 8))
+    _be64(out, element + 4, columns.change_values)
+    at = at + 24 + 12 * counts
+    _be32(out, at, np.ones(n))
+    out[at + 4] = columns.fresh
+    at = at + 5
+    _be32(out, at, np.ones(n))
+    out[at + 4] = columns.deleted
+    return bytes(out.tobytes())
+
+
+def staging_formats(env: Env, rows: int) -> dict[str, float]:
+    """Seconds to build and COPY the same rows into the store's staging table as CSV (Arrow's
+    writer) and as COPY binary (built column-wise with numpy); the two tables must agree."""
+    from connectors.stores.postgres import csv_bytes, stage_table
+    from connectors.stores.writes import WriteColumns
+
+    table = write_rows(0, rows, 1, False)
+    columns = WriteColumns(table)
+    out: dict[str, float] = {}
+    digests = []
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        for name in ("csv", "binary"):
+            conn.execute(
+                f"CREATE TEMP TABLE stage_{name} (coll text, k text, r jsonb, m text, pos bigint,"
+                " changes bigint[], fresh boolean, deleted boolean)"
+            )
+            gc.collect()
+            began = time.perf_counter()
+            if name == "csv":
+                data = csv_bytes(stage_table(columns))
+                statement = f"COPY stage_{name} FROM STDIN (FORMAT csv)"
+            else:
+                data = copy_binary(table, columns)
+                statement = f"COPY stage_{name} FROM STDIN (FORMAT binary)"
+            built = time.perf_counter()
+            with conn.cursor() as cur, cur.copy(statement) as copy:
+                copy.write(data)
+            out[f"{name} build"] = built - began
+            out[f"{name} copy"] = time.perf_counter() - built
+            digests.append(
+                conn.execute(
+                    f"SELECT count(*), sum(hashtext(k || r::text || pos || changes::text"
+                    f" || fresh || deleted)) FROM stage_{name}"
+                ).fetchone()
+            )
+    assert digests[0] == digests[1], digests
+    return out
+
+
 # -- the run -------------------------------------------------------------------------------
 
 
@@ -585,6 +707,13 @@ def main() -> None:
                 f" MB; RSS +{mem['rss_mb']:,.0f} MB)",
                 flush=True,
             )
+        formats = staging_formats(env, args.rows)
+        print(
+            f"PostgreSQL staging of {args.rows:,} rows: CSV build {formats['csv build']:.2f}s +"
+            f" COPY {formats['csv copy']:.2f}s; COPY binary build {formats['binary build']:.2f}s"
+            f" + COPY {formats['binary copy']:.2f}s",
+            flush=True,
+        )
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"process peak RSS {peak:,.0f} MB")
     finally:
