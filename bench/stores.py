@@ -707,13 +707,14 @@ def main() -> None:
                 f" MB; RSS +{mem['rss_mb']:,.0f} MB)",
                 flush=True,
             )
-        formats = staging_formats(env, args.rows)
-        print(
-            f"PostgreSQL staging of {args.rows:,} rows: CSV build {formats['csv build']:.2f}s +"
-            f" COPY {formats['csv copy']:.2f}s; COPY binary build {formats['binary build']:.2f}s"
-            f" + COPY {formats['binary copy']:.2f}s",
-            flush=True,
-        )
+        if COLUMNAR:  # the store's staging functions exist
+            formats = staging_formats(env, args.rows)
+            print(
+                f"PostgreSQL staging of {args.rows:,} rows: CSV build {formats['csv build']:.2f}s"
+                f" + COPY {formats['csv copy']:.2f}s; COPY binary build"
+                f" {formats['binary build']:.2f}s + COPY {formats['binary copy']:.2f}s",
+                flush=True,
+            )
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"process peak RSS {peak:,.0f} MB")
     finally:
