@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from connectors.stores.base import Collection, CommitHooks, StoreTxn
-from connectors.stores.kafka import KafkaStore, KafkaWriter, WriterState
+from connectors.stores.kafka import KafkaStore
+from connectors.stores.kafka_writer import KafkaWriter, WriterState
 from connectors.stores.model import Applied, Batch, Delete, Put
 from connectors.stores.positions import GONE
 from tests.integration.conftest import Endpoints

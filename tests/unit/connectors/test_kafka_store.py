@@ -10,14 +10,10 @@ from connectors.errors import StoreError
 from connectors.kafka import KafkaConfig
 from connectors.stores.base import Collection, CommitHooks
 from connectors.stores.kafka import (
-    Folded,
     GenerationRecord,
     KafkaStore,
-    KafkaUnit,
-    KafkaWriter,
     Slot,
     StoredRecord,
-    WriterState,
     fold,
     gaps_between,
     hole_size,
@@ -28,6 +24,7 @@ from connectors.stores.kafka import (
     murmur2,
     partition_for,
 )
+from connectors.stores.kafka_writer import Folded, KafkaUnit, KafkaWriter, WriterState
 from connectors.stores.model import Batch, Delete, JsonObject, Put, Rejected, write_table
 from connectors.stores.positions import ENTRY, GONE, NONE, TOMB
 from connectors.stores.writes import WriteColumns
