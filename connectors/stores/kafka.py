@@ -456,16 +456,18 @@ def read_ranges(
     """The records of each partition in its ``[start, end)`` range, in offset order. Raises
     :class:`StoreUnavailableError` when no record came for ``timeout`` seconds."""
     out: dict[PartitionRef, list[Message]] = {ref: [] for ref in ranges}
-    for msg in iter_ranges(reader, ranges, timeout, what):
-        out[(msg.topic() or "", msg.partition() or 0)].append(msg)
+    for batch in iter_ranges(reader, ranges, timeout, what):
+        for msg in batch:
+            out[(msg.topic() or "", msg.partition() or 0)].append(msg)
     return out
 
 
 def iter_ranges(
     reader: RangeReader, ranges: Mapping[PartitionRef, Range], timeout: float, what: str
-) -> Iterator[Message]:
-    """:func:`read_ranges` as the records come (each partition's in offset order; the
-    partitions' interleaved), so a caller holds no more of them than it keeps."""
+) -> Iterator[list[Message]]:
+    """:func:`read_ranges` as the records come, a fetched batch at a time (each partition's
+    in offset order; the partitions' interleaved), so a caller holds no more of them than it
+    keeps."""
     todo = {ref: r for ref, r in ranges.items() if r[1] > r[0]}
     if not todo:
         return
@@ -489,32 +491,38 @@ def iter_ranges(
                 if reader.lengthen(expected):
                     reader.consumer.assign([TopicPartition(t, p, cursor[(t, p)]) for t, p in todo])
                 quiet_until = now + stall_s(reader.wait)
+            kept: list[Message] = []
+            progressed = False
             for msg in reader.consumer.consume(min(expected, 10_000), timeout=0.5):
                 ref = (msg.topic() or "", msg.partition() or 0)
-                if ref not in todo:
+                span = todo.get(ref)
+                if span is None:
                     continue
                 offset = msg.offset()
                 offset = -1 if offset is None else offset
                 err = msg.error()
                 if err is not None:
                     if err.code() == RdKafkaError._PARTITION_EOF:
-                        if cursor[ref] <= offset < todo[ref][1]:
+                        if cursor[ref] <= offset < span[1]:
                             raise StoreError(
                                 f"{what}: {ref[0]}[{ref[1]}] ends at {offset} but the ledger"
-                                f" holds records up to {todo[ref][1]} (was the topic deleted?)"
+                                f" holds records up to {span[1]} (was the topic deleted?)"
                             )
                         continue
                     raise KafkaError(f"{what}: reading {ref[0]}[{ref[1]}]: {err.str()}", err.name())
                 if offset < cursor[ref]:
                     continue  # fetched for an earlier assignment
-                end = todo[ref][1]
                 cursor[ref] = offset + 1
-                if offset < end:
-                    yield msg
+                progressed = True
+                if offset < span[1]:
+                    kept.append(msg)
+                if offset + 1 >= span[1]:
+                    del todo[ref]
+            if progressed:
                 now = time.monotonic()
                 deadline, quiet_until = now + timeout, now + stall_s(reader.wait)
-                if cursor[ref] >= end:
-                    del todo[ref]
+            if kept:
+                yield kept
     finally:
         reader.consumer.unassign()
 
@@ -540,10 +548,11 @@ def read_offsets(
     keep = {(ref, o) for ref, offsets in wanted.items() for o in offsets}
     while any(runs.values()):
         ranges = {ref: rs.pop(0) for ref, rs in runs.items() if rs}
-        for msg in iter_ranges(reader, ranges, timeout, what):
-            at = ((msg.topic() or "", msg.partition() or 0), msg.offset() or 0)
-            if at in keep:
-                found[at] = msg
+        for batch in iter_ranges(reader, ranges, timeout, what):
+            for msg in batch:
+                at = ((msg.topic() or "", msg.partition() or 0), msg.offset() or 0)
+                if at in keep:
+                    found[at] = msg
     return found
 
 

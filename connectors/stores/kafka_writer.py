@@ -53,9 +53,17 @@ from connectors.stores.kafka import (
     log,
     lookup_text,
     read_offsets,
-    record_headers,
 )
-from connectors.stores.model import Applied, Batch, Commit, Entry, Put, Rejected, fields_json
+from connectors.stores.model import (
+    Applied,
+    Batch,
+    Commit,
+    Entry,
+    JsonObject,
+    Put,
+    Rejected,
+    fields_json,
+)
 from connectors.stores.positions import ENTRY, GONE, NONE, TOMB, PositionIndex
 from connectors.stores.protocol import BatchUnit, BatchWriter
 from connectors.stores.writes import WriteColumns, entry_texts, guard
@@ -269,8 +277,8 @@ class KafkaTxn:
         slot = self._slot(ident)
         if slot.value is None:
             return None
-        fields = json.loads(slot.value)
-        return _State(fields, slot.value.decode(), slot.position or 0, slot.applied)
+        text = slot.value.decode()
+        return _State(JsonObject(text), text, slot.position or 0, slot.applied)
 
     # -- the position guard's survivors (the batch's own writes) -------------------------
 
@@ -301,13 +309,13 @@ class KafkaTxn:
                 if text is None:
                     continue  # refused
                 self._pending[ident] = _State(
-                    json.loads(text), text, write.position, int(counts[row])
+                    JsonObject(text), text, write.position, int(counts[row])
                 )
                 self._tombs[ident] = None
             else:
                 self._pending[ident] = None
                 self._tombs[ident] = write.position
-            before = None if stored.value is None else json.loads(stored.value)
+            before = None if stored.value is None else JsonObject(stored.value.decode())
             applied.append(Applied(write, before))
         return applied
 
@@ -502,8 +510,9 @@ class KafkaWriter(BatchWriter):
                         f" configured with {store.partitions}"
                     )
                 chunk = _Chunk(partition, record.holes_of(topic, partition), lookups)
-                for msg in iter_ranges(reader, {(topic, partition): (0, end)}, store.timeout, what):
-                    chunk.add(msg)
+                wanted = {(topic, partition): (0, end)}
+                for batch in iter_ranges(reader, wanted, store.timeout, what):
+                    chunk.add(batch)
                     if chunk.full:
                         state.fold(collection, chunk.folded())
                 if chunk.rows:
@@ -585,30 +594,39 @@ class _Chunk:
     def full(self) -> bool:
         return len(self.keys) >= self.SIZE
 
-    def add(self, msg: Message) -> None:
-        key = msg.key()
-        if key is None:
-            return
-        value = msg.value()
-        position: int | None = None
-        applied = 0
-        for name, raw in record_headers(msg):
-            if name == POSITION_HEADER and raw is not None:
-                position = int(raw)
-            elif name == APPLIED_HEADER and raw is not None:
-                applied = int(raw)
-        if value is not None:
-            state = ENTRY
-            position = 0 if position is None else position
-        else:
-            state = TOMB if position is not None else GONE
-        self.keys.append(key)
-        self.offsets.append(msg.offset() or 0)
-        self.positions.append(NONE if position is None else position)
-        self.applied.append(applied)
-        self.states.append(state)
-        if self.lookups:
-            self.values.append(value)
+    def add(self, batch: Sequence[Message]) -> None:
+        """Collect a fetched batch of records (keyless ones are not the store's)."""
+        keys, offsets, positions = self.keys, self.offsets, self.positions
+        applied_counts, states, values = self.applied, self.states, self.values
+        lookups = self.lookups
+        for msg in batch:
+            key = msg.key()
+            if key is None:
+                continue
+            value = msg.value()
+            position: int | None = None
+            applied = 0
+            headers = msg.headers() or ()
+            if isinstance(headers, dict):
+                headers = list(headers.items())
+            for name, raw in headers:
+                if raw is None:
+                    continue
+                if name == POSITION_HEADER:
+                    position = int(raw)
+                elif name == APPLIED_HEADER:
+                    applied = int(raw)
+            if value is not None:
+                states.append(ENTRY)
+                positions.append(0 if position is None else position)
+            else:
+                states.append(GONE if position is None else TOMB)
+                positions.append(NONE if position is None else position)
+            keys.append(key)
+            offsets.append(msg.offset() or 0)
+            applied_counts.append(applied)
+            if lookups:
+                values.append(value)
 
     def folded(self) -> Folded:
         """The latest record per key of the chunk (records in holes left out), and clear."""

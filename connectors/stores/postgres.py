@@ -63,6 +63,7 @@ Layout = Collection | TypedTable
 _SCHEMA_LOCK = 0x7472_6962  # advisory lock: concurrent first runs create the ledger once
 _STAGE = sql.Identifier("_tributary_stage")
 _DATA_ERRORS = ("22", "23")  # data exceptions, integrity violations: this write's fault
+_WORK_MEM = "SET LOCAL work_mem = '64MB'"
 _STAGED_ROW = sql.SQL("(CASE WHEN s.m IS NULL THEN s.r ELSE s.r -> s.m END)")
 
 
@@ -479,6 +480,7 @@ class PostgresWriter(BatchWriter):
                 ).format(_STAGE)
             ) as copy:
                 copy.write(csv_bytes(part))
+        conn.execute(_WORK_MEM)  # the merges' hash joins and CTEs stay in memory
         applied: list[Applied] = []
         codes = writes.collection_codes[rows]
         for code in np.unique(codes):
@@ -613,23 +615,27 @@ class PostgresWriter(BatchWriter):
         table = self.store.table(collection, self._shadow)
         t, d = self.store._t(table), self.store._t(deleted_table(table))
         pos, app = sql.Identifier(POSITION), sql.Identifier(APPLIED)
-        floor = sql.SQL("GREATEST(coalesce(g.tpos, -1), coalesce(g.dpos, -1))")
-        new = sql.SQL("(SELECT count(*) FROM unnest(g.changes) a WHERE a > {})").format(floor)
         applied = sql.SQL(
-            "CASE WHEN g.fresh AND g.changes[1] > {f} THEN {n} ELSE coalesce(g.tapp, 0) + {n} END"
-        ).format(f=floor, n=new)
+            "CASE WHEN g.fresh AND g.changes[1] > g.floor THEN g.n ELSE coalesce(g.tapp, 0) + g.n"
+            " END"
+        )
         typed = self._typed(collection)
         match: sql.Composable
         target_match: sql.Composable
+        # Rows the batch finds in the table are updated, the others inserted: both sets are
+        # known from the join (the ledger row's lock keeps other writers of the generation
+        # out), which costs half of an INSERT ... ON CONFLICT DO UPDATE.
         if typed is None:
             match = sql.SQL("t.key = s.k")
             target_match = sql.SQL("t.key = g.k")
-            upsert = sql.SQL(
-                "INSERT INTO {t} (key, {pos}, {app}, fields)"
-                " SELECT g.k, g.pos, {applied}, g.r::jsonb FROM g WHERE NOT g.deleted"
-                " ON CONFLICT (key) DO UPDATE SET {pos} = EXCLUDED.{pos},"
-                " {app} = EXCLUDED.{app}, fields = EXCLUDED.fields"
-            ).format(t=t, pos=pos, app=app, applied=applied)
+            write = sql.SQL(
+                " updated AS (UPDATE {t} t SET {pos} = g.pos, {app} = {applied},"
+                " fields = g.r::jsonb FROM g"
+                " WHERE NOT g.deleted AND g.tpos IS NOT NULL AND {target_match}),"
+                " inserted AS (INSERT INTO {t} (key, {pos}, {app}, fields)"
+                " SELECT g.k, g.pos, {applied}, g.r::jsonb FROM g"
+                " WHERE NOT g.deleted AND g.tpos IS NULL)"
+            ).format(t=t, pos=pos, app=app, applied=applied, target_match=target_match)
         else:
             key_of = {c: _key_column(typed, c) for c in typed.key}
             match = sql.SQL(" AND ").join(
@@ -645,40 +651,48 @@ class PostgresWriter(BatchWriter):
                 for c in typed.key
             )
             columns = list(typed.columns)
+            source = sql.SQL("g.r::jsonb")
             names = sql.SQL(", ").join(sql.Identifier(c.name) for c in columns)
-            values = sql.SQL(", ").join(c.value_sql(sql.SQL("g.r::jsonb")) for c in columns)
-            non_key = [c for c in columns if c.name not in typed.key]
-            sets = sql.SQL(", ").join(
-                sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c.name)) for c in non_key
-            )
-            upsert = sql.SQL(
-                "INSERT INTO {t} ({names}, {pos}, {app})"
-                " SELECT {values}, g.pos, {applied} FROM g WHERE NOT g.deleted"
-                " ON CONFLICT ({keys}) DO UPDATE SET {sets}{comma}{pos} = EXCLUDED.{pos},"
-                " {app} = EXCLUDED.{app}"
+            values = sql.SQL(", ").join(c.value_sql(source) for c in columns)
+            sets = [
+                sql.SQL("{} = {}").format(sql.Identifier(c.name), c.value_sql(source))
+                for c in columns
+                if c.name not in typed.key
+            ]
+            sets += [
+                sql.SQL("{} = g.pos").format(pos),
+                sql.SQL("{} = {}").format(app, applied),
+            ]
+            write = sql.SQL(
+                " updated AS (UPDATE {t} t SET {sets} FROM g"
+                " WHERE NOT g.deleted AND g.tpos IS NOT NULL AND {target_match}),"
+                " inserted AS (INSERT INTO {t} ({names}, {pos}, {app})"
+                " SELECT {values}, g.pos, {applied} FROM g"
+                " WHERE NOT g.deleted AND g.tpos IS NULL)"
             ).format(
                 t=t,
+                sets=sql.SQL(", ").join(sets),
+                target_match=target_match,
                 names=names,
                 values=values,
                 pos=pos,
                 app=app,
                 applied=applied,
-                keys=sql.SQL(", ").join(map(sql.Identifier, typed.key)),
-                sets=sets,
-                comma=sql.SQL(", ") if non_key else sql.SQL(""),
             )
         return sql.SQL(
-            "WITH g AS ("
+            "WITH f AS ("
             " SELECT s.k, {row} AS r, s.pos, s.changes, s.fresh, s.deleted,"
-            " t.{pos} AS tpos, t.{app} AS tapp, d.{pos} AS dpos, {before} AS before"
+            " t.{pos} AS tpos, t.{app} AS tapp, d.{pos} AS dpos, {before} AS before,"
+            " GREATEST(coalesce(t.{pos}, -1), coalesce(d.{pos}, -1)) AS floor"
             " FROM {stage} s LEFT JOIN {t} t ON {match} LEFT JOIN {d} d ON d.key = s.k"
-            " WHERE s.coll = %(c)s"
-            " AND s.pos > GREATEST(coalesce(t.{pos}, -1), coalesce(d.{pos}, -1))),"
+            " WHERE s.coll = %(c)s),"
+            " g AS (SELECT f.*, (SELECT count(*) FROM unnest(f.changes) a WHERE a > f.floor) AS n"
+            " FROM f WHERE f.pos > f.floor),"
             " removed AS (DELETE FROM {t} t USING g WHERE g.deleted AND {target_match}),"
             " tombs AS (INSERT INTO {d} (key, {pos}) SELECT g.k, g.pos FROM g WHERE g.deleted"
             " ON CONFLICT (key) DO UPDATE SET {pos} = EXCLUDED.{pos}),"
             " revived AS (DELETE FROM {d} x USING g WHERE NOT g.deleted AND x.key = g.k),"
-            " upserted AS ({upsert})"
+            "{write}"
             " SELECT {result} FROM g"
         ).format(
             row=_STAGED_ROW,
@@ -691,7 +705,7 @@ class PostgresWriter(BatchWriter):
             d=d,
             match=match,
             target_match=target_match,
-            upsert=upsert,
+            write=write,
         )
 
 

@@ -47,6 +47,7 @@ from connectors.stores.model import (
     Batch,
     Commit,
     Entry,
+    JsonObject,
     Put,
     Rejected,
     fields_json,
@@ -977,7 +978,7 @@ class RedisTxn:
                 None
                 if text is None
                 else _State(
-                    json.loads(text), text, int(stored.position[row]), int(stored.applied[row])
+                    JsonObject(text), text, int(stored.position[row]), int(stored.applied[row])
                 )
             )
         rows = np.flatnonzero(passed)
@@ -1002,7 +1003,7 @@ class RedisTxn:
             else:
                 self._stage(ident, None)
                 self._tombs[ident] = write.position
-            applied.append(Applied(write, None if before is None else json.loads(before.text)))
+            applied.append(Applied(write, None if before is None else JsonObject(before.text)))
         return applied
 
     # -- StoreTxn ------------------------------------------------------------------------
