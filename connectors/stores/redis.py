@@ -299,40 +299,44 @@ return 1
 """
 
 
-# The stored state of entries, for the guard: ARGV[1] '1' when the entries' JSON is wanted, then
-# triples (entry name, tombstones hash, key) -> per triple position, count, tombstone[, JSON].
+# The stored state of entries, for the guard: ARGV[1] '1' when the entries' JSON is wanted,
+# ARGV[2] the tombstones hash, ARGV[3] a JSON array of entry names and keys, alternating ->
+# a JSON array of position, count, tombstone[, JSON] per entry (null: none). One argument in,
+# one out: the client sends and parses a batch without a Python call per value.
 _READ = """
 local want = ARGV[1] == '1'
+local tombs = ARGV[2]
+local items = cjson.decode(ARGV[3])
+local null = cjson.null
 local out = {}
-for i = 2, #ARGV, 3 do
-  local v = redis.call('HMGET', ARGV[i], '_position', '_applied', '_json')
+for i = 1, #items, 2 do
+  local v = redis.call('HMGET', items[i], '_position', '_applied', '_json')
   if v[3] then
-    out[#out + 1] = v[1]
-    out[#out + 1] = v[2]
+    out[#out + 1] = v[1] or null
+    out[#out + 1] = v[2] or null
   else
-    out[#out + 1] = false
-    out[#out + 1] = false
+    out[#out + 1] = null
+    out[#out + 1] = null
   end
-  out[#out + 1] = redis.call('HGET', ARGV[i + 1], ARGV[i + 2])
-  if want then out[#out + 1] = v[3] end
+  out[#out + 1] = redis.call('HGET', tombs, items[i + 1]) or null
+  if want then out[#out + 1] = v[3] or null end
 end
-return out
+if #out == 0 then return '[]' end
+return cjson.encode(out)
 """
 
-# Entries replaced whole: ARGV holds, per entry, its name, the number n of field/value
-# arguments, then those n arguments.
+# Entries replaced whole: ARGV[1] is a JSON array of entries, each an array of the hash's name
+# then its field names and values (all strings).
 _PUT = """
-local i = 1
-while i <= #ARGV do
-  local name, n = ARGV[i], tonumber(ARGV[i + 1])
+for _, entry in ipairs(cjson.decode(ARGV[1])) do
+  local name, n = entry[1], #entry
   redis.call('DEL', name)
-  local j, last = i + 2, i + 1 + n
-  while j <= last do
-    local stop = math.min(j + 999, last)
-    redis.call('HSET', name, unpack(ARGV, j, stop))
+  local j = 2
+  while j <= n do
+    local stop = math.min(j + 999, n)
+    redis.call('HSET', name, unpack(entry, j, stop))
     j = stop + 1
   end
-  i = last + 1
 end
 return 1
 """
@@ -543,27 +547,27 @@ def _commit(view: str, generation: str, raw: object) -> Commit:
 # -- the writer -------------------------------------------------------------------------
 
 _CHUNK = 10_000  # members per SADD / SREM / DEL / HDEL command
-_SCRIPT_ARGS = 100_000  # arguments per call of the put script
+_SCRIPT_ENTRIES = 20_000  # entries per call of the put script (the server holds them all)
 
 
-def hash_args(
+def hash_entry(
     name: str, fields: Mapping[str, Any], position: int, applied: int, text: str
-) -> list[EncodableT]:
-    """An entry's arguments of the put script: the hash's fields rendered, then the meta."""
-    flat: list[EncodableT] = []
+) -> list[str]:
+    """An entry as the put script takes it: its name, the hash's fields rendered, the meta."""
+    flat = [name]
     for field_name, value in fields.items():
         shown = render(value)
         if shown is not None:
             flat += (str(field_name), shown)
-    flat += (POSITION, position, APPLIED, applied, JSON, text)
-    return [name, len(flat), *flat]
+    flat += (POSITION, str(position), APPLIED, str(applied), JSON, text)
+    return flat
 
 
 @dataclass
 class _Plan:
     """Every command of a unit, grouped (physical names; members are logical names)."""
 
-    hashes: list[list[EncodableT]] = field(default_factory=list)  # the put script's calls
+    hashes: list[list[list[str]]] = field(default_factory=list)  # the put script's calls
     gone: list[str] = field(default_factory=list)
     tomb_set: dict[str, dict[str, int]] = field(default_factory=dict)
     tomb_del: dict[str, list[str]] = field(default_factory=dict)
@@ -575,12 +579,10 @@ class _Plan:
     def put(
         self, name: str, fields: Mapping[str, Any], position: int, applied: int, text: str
     ) -> None:
-        """Replace the hash ``name`` (one call of the put script takes up to
-        :data:`_SCRIPT_ARGS` arguments: the server holds them all while it runs)."""
-        args = hash_args(name, fields, position, applied, text)
-        if not self.hashes or len(self.hashes[-1]) + len(args) > _SCRIPT_ARGS:
+        """Replace the hash ``name``."""
+        if not self.hashes or len(self.hashes[-1]) >= _SCRIPT_ENTRIES:
             self.hashes.append([])
-        self.hashes[-1] += args
+        self.hashes[-1].append(hash_entry(name, fields, position, applied, text))
 
     def index(
         self,
@@ -604,8 +606,9 @@ class _Plan:
             self.members_add.add(logical)
 
     def queue(self, pipe: "redis.client.Pipeline", store: "RedisStore", members: str) -> None:
-        for args in self.hashes:
-            store._put(args=args, client=pipe)
+        for entries in self.hashes:
+            payload = json.dumps(entries, ensure_ascii=False, separators=(",", ":"))
+            store._put(args=[payload], client=pipe)
         for i in range(0, len(self.gone), _CHUNK):
             pipe.delete(*self.gone[i : i + _CHUNK])
         for name, keys in self.index_rem.items():
@@ -712,10 +715,11 @@ class RedisUnit(BatchUnit):
             prefix = names.physical(prefix, shadow)
             tombs = names.physical(names.tombs(collection), shadow)
             want = texts or bool(store.collection(collection).lookups)
-            args: list[str] = ["1" if want else "0"]
+            items: list[str] = []
             for key in keys:
-                args += (prefix + key + suffix, tombs, key)
-            store._read(args=args, client=pipe)
+                items += (prefix + key + suffix, key)
+            payload = json.dumps(items, ensure_ascii=False, separators=(",", ":"))
+            store._read(args=["1" if want else "0", tombs, payload], client=pipe)
             order.append((rows, 4 if want else 3))
         n = writes.n
         position = np.full(n, NONE, dtype=np.int64)
@@ -723,7 +727,7 @@ class RedisUnit(BatchUnit):
         tomb = np.full(n, NONE, dtype=np.int64)
         out_texts: list[str | None] = [None] * n
         for (rows, width), reply in zip(order, pipe.execute(), strict=True):
-            values = [_text(v) for v in reply]
+            values = json.loads(_text(reply) or "[]")
             position[rows] = _ints(values[0::width], NONE)
             applied[rows] = _ints(values[1::width], 0)
             tomb[rows] = _ints(values[2::width], NONE)
