@@ -225,9 +225,7 @@ def one_branch(frame: Any, outputs: list[tuple[Any, list[Any]]]) -> Any:
 
     kinds = F.array(*[F.when(condition, F.struct(*columns)) for condition, columns in outputs])
     return (
-        frame.select(F.explode(kinds).alias("out"))
-        .where(F.col("out").isNotNull())
-        .select("out.*")
+        frame.select(F.explode(kinds).alias("out")).where(F.col("out").isNotNull()).select("out.*")
     )
 
 
