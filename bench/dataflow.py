@@ -67,7 +67,8 @@ from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
 from spark_streaming.views import ViewsConfig, configured_views
 
 USERS_TABLE = """CREATE TABLE IF NOT EXISTS public.users (
-    id bigint PRIMARY KEY, handle text NOT NULL, display_name text, bio text)"""
+    id bigint PRIMARY KEY, handle text NOT NULL, display_name text, bio text,
+    updated_at timestamptz)"""
 JOB_TIMEOUT_S = 3600.0
 
 

@@ -172,8 +172,7 @@ def key_json(**columns: Any) -> Any:
     return F.to_json(F.struct(*[columns[name].alias(name) for name in sorted(columns)]))
 
 
-def folded(
-    frame: Any,
+def folded_columns(
     *,
     collection: str | Any,
     key: Any,
@@ -183,16 +182,16 @@ def folded(
     topic: Any = None,
     partition: Any = None,
     offset: Any = None,
-) -> Any:
-    """Folded rows (:data:`projections.folding.FOLDED_SCHEMA`) from a frame: each a Put of
-    ``fields`` (a struct or map column, written as JSON) under ``key`` with ``position``
-    (or a Delete where ``deleted``)."""
+) -> list[Any]:
+    """The columns of a folded row (:data:`projections.folding.FOLDED_SCHEMA`): a Put of
+    ``fields`` (a struct or map column, written as JSON) under ``key`` with ``position`` (or
+    a Delete where ``deleted``)."""
     from pyspark.sql import functions as F
 
     def lit_or(value: Any, kind: str) -> Any:
         return F.lit(None).cast(kind) if value is None else value.cast(kind)
 
-    return frame.select(
+    return [
         (F.lit(collection) if isinstance(collection, str) else collection)
         .cast("string")
         .alias("collection"),
@@ -209,21 +208,35 @@ def folded(
         F.lit(None).cast("string").alias("error"),
         F.lit(None).cast("binary").alias("raw_key"),
         F.lit(None).cast("binary").alias("raw_value"),
+    ]
+
+
+def folded(frame: Any, **parts: Any) -> Any:
+    """Folded rows from a frame (:func:`folded_columns` says which)."""
+    return frame.select(*folded_columns(**parts))
+
+
+def one_branch(frame: Any, outputs: list[tuple[Any, list[Any]]]) -> Any:
+    """Folded rows of several kinds from one frame without branching it: each input row gives
+    a row of every ``(condition, columns)`` whose condition holds (``columns`` as
+    :func:`folded_columns` makes them). A union of two selects of one streaming frame would
+    read its source twice per micro-batch; this reads it once."""
+    from pyspark.sql import functions as F
+
+    kinds = F.array(*[F.when(condition, F.struct(*columns)) for condition, columns in outputs])
+    return (
+        frame.select(F.explode(kinds).alias("out")).where(F.col("out").isNotNull()).select("out.*")
     )
 
 
-def late_and_rejected(frame: Any, job: str) -> Any:
-    """One stateless branch of a job's output: a ``late`` entry for every record beyond the
-    allowed lateness (key ``<kind>:<event id>``, so a re-sent record counts once) and a
-    rejection (a dead letter) for every record the decoder refused (``error`` set).
-
-    The frame has the columns of ``with_event_time`` plus ``kind``, ``event_id``, ``topic``,
-    ``partition``, ``offset``, ``error``, ``raw_key``, ``raw_value``. The count of late records
-    is also observed as the Spark metric ``late_events`` of the query (``observedMetrics`` in
-    its progress)."""
+def late_columns(job: str) -> tuple[Any, list[Any]]:
+    """When a record is late or refused, and the columns of its folded row: a ``late`` entry
+    for a record beyond the allowed lateness (key ``<kind>:<event id>``, so a re-sent record
+    counts once), a rejection (a dead letter) for a record the decoder refused (``error``
+    set). The frame has the columns of ``with_event_time`` plus ``kind``, ``event_id``,
+    ``topic``, ``partition``, ``offset``, ``error``, ``raw_key``, ``raw_value``."""
     from pyspark.sql import functions as F
 
-    picked = frame.where(F.col("beyond") | F.col("error").isNotNull())
     bad = F.col("error").isNotNull()
     fields = F.struct(
         F.lit(job).alias("job"),
@@ -238,7 +251,7 @@ def late_and_rejected(frame: Any, job: str) -> Any:
         F.col("partition"),
         F.col("offset"),
     )
-    out = picked.select(
+    columns = [
         F.when(bad, F.lit(None)).otherwise(F.lit(LATE)).cast("string").alias("collection"),
         F.when(bad, F.lit(None))
         .otherwise(F.concat_ws(":", F.col("kind"), F.col("event_id")))
@@ -256,9 +269,13 @@ def late_and_rejected(frame: Any, job: str) -> Any:
         F.col("error").cast("string").alias("error"),
         F.when(bad, F.col("raw_key")).cast("binary").alias("raw_key"),
         F.when(bad, F.col("raw_value")).cast("binary").alias("raw_value"),
-    )
-    return out.observe(
-        f"late:{job}",
-        F.sum(F.when(F.col("collection") == F.lit(LATE), 1).otherwise(0)).alias("late_events"),
-        F.sum(F.when(F.col("error").isNotNull(), 1).otherwise(0)).alias("rejected"),
-    )
+    ]
+    return F.col("beyond") | bad, columns
+
+
+def late_and_rejected(frame: Any, job: str) -> Any:
+    """One stateless branch of a job's output: the rows of :func:`late_columns` for the
+    frame's late and refused records. (A job whose other output comes from the same frame
+    should take them in :func:`one_branch` instead: a second branch reads the source again.)"""
+    condition, columns = late_columns(job)
+    return frame.where(condition).select(*columns)

@@ -4,7 +4,8 @@ The fold is a Spark transformation from the Kafka source's rows to folded rows
 (:data:`projections.folding.FOLDED_SCHEMA`); most views fold each Kafka partition apart with a
 columnar function (:func:`per_partition`), so the work runs on the executors next to the
 records and only one row per key reaches the driver. The driver turns the folded rows into
-store writes (:func:`writes_from_folded`) and the store applies them with its ledger.
+the stores' columnar write table (:func:`split_folded`) and the store applies it with its
+ledger.
 """
 
 from collections.abc import Callable, Iterable, Iterator, Sequence

@@ -147,8 +147,7 @@ def read_range(options: KafkaSourceOptions, offset_range: OffsetRange) -> Iterat
     key = (options.bootstrap_servers, topic, partition)
     wait = _learned_wait.get(key, FETCH_WAITS_MS[0])
     start = max(offset_range.start, 0)
-    consumer = _pooled(options, wait, end - start)
-    broken = True
+    consumer = _range_consumer(options, wait, end - start)
     try:
         position = _checked_start(consumer, options, offset_range)
         read = _Read(position, options.poll_timeout_s)
@@ -166,54 +165,20 @@ def read_range(options: KafkaSourceOptions, offset_range: OffsetRange) -> Iterat
                     f" {position}, expected up to {end - 1} (broker down or range deleted?)"
                 )
             wait = longer
-            _release(consumer, options, broken=False)
-            consumer = _pooled(options, wait, end - position)
+            consumer.close()
+            consumer = _range_consumer(options, wait, end - position)
         if read.got_records:
             _learned_wait[key] = wait
-        broken = False
     finally:
-        _release(consumer, options, broken)
+        consumer.close()
 
 
-# Range reads keep their consumers between tasks (Spark reuses its Python workers): opening a
-# client and its connection costs tens of milliseconds, which a small live micro-batch feels.
-_pool: dict[tuple[Any, ...], list[Consumer]] = {}
-_kinds: dict[int, tuple[Any, ...]] = {}  # id(consumer) -> its pool key
-POOLED_PER_KIND = 4
-
-
-def _fetch_kind(options: KafkaSourceOptions, wait: int, records: int) -> tuple[Any, ...]:
-    """The pool key: the client settings, the wait, and the fetch budget rounded up to a
-    power of four records (so a few consumers serve every range size)."""
-    bucket = 1
-    while bucket < records:
-        bucket *= 4
-    return (options.bootstrap_servers, tuple(sorted(options.client.items())), wait, bucket)
-
-
-def _pooled(options: KafkaSourceOptions, wait: int, records: int) -> Consumer:
-    kind = _fetch_kind(options, wait, records)
-    free = _pool.get(kind)
-    if free:
-        return free.pop()
-    consumer = source_consumer(options, **range_fetch(wait, kind[3]))
-    _kinds[id(consumer)] = kind
-    return consumer
-
-
-def _release(consumer: Consumer, options: KafkaSourceOptions, broken: bool) -> None:
-    """Give a consumer back (unassigned) for the next range, or close it after a failure."""
-    kind = _kinds.get(id(consumer))
-    free = _pool.setdefault(kind, []) if kind is not None else None
-    if not broken and free is not None and len(free) < POOLED_PER_KIND:
-        try:
-            consumer.unassign()
-            free.append(consumer)
-            return
-        except Exception:  # confluent_kafka.KafkaException: do not keep a client in doubt
-            pass
-    _kinds.pop(id(consumer), None)
-    consumer.close()
+def _range_consumer(options: KafkaSourceOptions, wait: int, records: int) -> Consumer:
+    """A consumer for one range read. Never kept between reads: librdkafka 2.x crashes the
+    process (a null topic name in its metadata cache) when a client it keeps idle refreshes the
+    metadata of a topic deleted since it read it (tests/integration/analytics/test_live_path.py
+    showed it on the local broker)."""
+    return source_consumer(options, **range_fetch(wait, records))
 
 
 class _Read:

@@ -1,6 +1,7 @@
 """A SparkSession sized for Tributary's view jobs."""
 
 import os
+import subprocess
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -8,6 +9,20 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 ROCKSDB_STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+# What the driver's own Python processes import: Spark starts one per streaming data source and
+# per transformWithState query, and gives it 10 s (hard-coded in PythonWorkerFactory) to
+# connect back. On a cold machine under load, compiling and reading these imports took longer
+# ("Python worker failed to connect back"); one import while the JVM starts warms them.
+WORKER_IMPORTS = (
+    "pandas",
+    "pyarrow",
+    "pyspark.sql.streaming.python_streaming_source_runner",
+    "pyspark.sql.streaming.transform_with_state_driver_worker",
+    "pyspark.sql.worker.plan_data_source_read",
+    "spark_streaming.kafka_source",
+)
+_warmed = False
 
 
 def spark_session(
@@ -48,6 +63,24 @@ def spark_session(
         builder = builder.config("spark.local.dir", local_dir)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
+    warming = _warm_worker_imports()
     session = builder.getOrCreate()
+    if warming is not None:
+        try:
+            warming.wait(60)
+        except subprocess.TimeoutExpired:
+            warming.kill()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _warm_worker_imports() -> "subprocess.Popen[bytes] | None":
+    """Import what Spark's Python processes import, once per process, beside the JVM's start."""
+    global _warmed
+    if _warmed:
+        return None
+    _warmed = True
+    code = "; ".join(f"import {module}" for module in WORKER_IMPORTS)
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )

@@ -28,7 +28,7 @@ from connectors.errors import LedgerGapError
 from connectors.kafka import KafkaConfig
 from connectors.stores.base import CommitHooks, StoreWriter
 from connectors.stores.model import Batch, Offsets, Rejected, covers, gaps, merge_offsets
-from projections.view import PartitionFold, View, dead_letters_of, writes_from_folded
+from projections.view import PartitionFold, View, dead_letters_of, split_folded
 from spark_streaming.checkpoint import (
     CheckpointLog,
     Reconciliation,
@@ -327,7 +327,7 @@ class ViewJob:
                 )
         began = time.perf_counter()
         folded = batch.toArrow()
-        writes, dead = writes_from_folded(folded)
+        writes, dead = split_folded(folded)
         fold_s = time.perf_counter() - began
         self.dead_letters.send(dead)
         refused: list[Rejected] = []

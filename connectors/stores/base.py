@@ -10,6 +10,9 @@ A view may add a *materializer*: a function run inside the batch's atomic unit, 
 guarded writes, that derives more state from the writes that were applied (a join, counters, a
 fan-out). It works through :class:`StoreTxn`, which every store offers, so the same
 materializer runs on any store.
+
+The protocol every writer follows (ledger, guards, generations, materializer, hooks) is written
+once, in :mod:`connectors.stores.protocol`; each store supplies its atomic unit.
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -130,10 +133,3 @@ def new_generation() -> str:
     import uuid
 
     return "g" + uuid.uuid4().hex[:10]
-
-
-def run_materializer(
-    materializer: Materializer | None, txn: StoreTxn, applied: Sequence[Applied]
-) -> None:
-    if materializer is not None and applied:
-        materializer(txn, applied)

@@ -25,15 +25,13 @@ A reader of a generation folds the ledger (latest value per key), then reads eac
 partition from its start up to the bound, skipping the holes, and keeps the latest record per
 key (offset order). One ledger read serves a whole scan, so a scan is one consistent snapshot.
 
-A writer (one per generation) keeps the generation's committed state in memory (the position
-guard, applied counts, the materializer's reads). A batch: read new ledger records (a live
-writer whose generation is no longer live stops; a covered batch is skipped; a gap is refused),
-guard the writes, run the materializer on an overlay, produce every changed entry and wait for
-every acknowledgement, then produce the ledger record - the commit. The new bound of a
-partition is the offset after the last record delivered; every offset between the old bound and
-it that is not one of this writer's records is a hole (records of a writer that crashed before
-its ledger record, or of a stale writer). A process killed before the ledger record leaves
-records past the bound, which readers never see and the next writer turns into holes.
+A writer (one per generation, :mod:`connectors.stores.kafka_writer`) produces a batch's
+changed entries past the ledger's bounds, waits for every acknowledgement, then produces the
+ledger record - the commit. The new bound of a partition is the offset after the last record
+delivered; every offset between the old bound and it that is not one of this writer's records
+is a hole (records of a writer that crashed before its ledger record, or of a stale writer). A
+process killed before the ledger record leaves records past the bound, which readers never see
+and the next writer turns into holes.
 
 A swap writes into the live topics the difference between the shadow and the live state, then
 ONE live ledger record naming the new generation with the live topics' new bounds: readers
@@ -45,6 +43,7 @@ the ledger topic is compacted (its readers want the latest value per key).
 """
 
 import bisect
+import functools
 import json
 import logging
 import re
@@ -53,15 +52,13 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
 from connectors.errors import (
     KafkaError,
-    LedgerGapError,
-    StaleGenerationError,
     StoreError,
     StoreUnavailableError,
 )
@@ -70,30 +67,15 @@ from connectors.kafka.config import ClientValue, KafkaConfig
 from connectors.kafka.fetching import SHORT_WAIT_MS, longer_wait, range_fetch, stall_s
 from connectors.kafka.offsets import true_watermarks
 from connectors.kafka.topics import history_topic, state_topic
-from connectors.stores.base import (
-    Collection,
-    CommitHooks,
-    Materializer,
-    RejectHandler,
-    new_generation,
-    run_materializer,
-)
+from connectors.stores.base import Collection, CommitHooks, Materializer, new_generation
 from connectors.stores.model import (
-    Applied,
-    Batch,
     Commit,
     Entry,
     Offsets,
-    Put,
-    Rejected,
-    Write,
-    applied_count,
-    check_unique,
-    covers,
-    fields_json,
-    gaps,
-    merge_offsets,
 )
+
+if TYPE_CHECKING:
+    from connectors.stores.kafka_writer import KafkaWriter
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +88,7 @@ LIVE = "live"  # the ledger name of the live generation's record
 SEP = "\x1f"  # between the view and the generation in a ledger key
 
 MAX_MESSAGE_BYTES = 1_000_000  # the producer's message.max.bytes (librdkafka's default)
-_RECORD_OVERHEAD = 512  # headers and framing, kept free below MAX_MESSAGE_BYTES
+RECORD_OVERHEAD = 512  # headers and framing, kept free below MAX_MESSAGE_BYTES
 
 FIRST_FETCH_WAIT_MS = SHORT_WAIT_MS  # reads start with it (Tansu holds every fetch that long)
 
@@ -474,9 +456,21 @@ def read_ranges(
     """The records of each partition in its ``[start, end)`` range, in offset order. Raises
     :class:`StoreUnavailableError` when no record came for ``timeout`` seconds."""
     out: dict[PartitionRef, list[Message]] = {ref: [] for ref in ranges}
+    for batch in iter_ranges(reader, ranges, timeout, what):
+        for msg in batch:
+            out[(msg.topic() or "", msg.partition() or 0)].append(msg)
+    return out
+
+
+def iter_ranges(
+    reader: RangeReader, ranges: Mapping[PartitionRef, Range], timeout: float, what: str
+) -> Iterator[list[Message]]:
+    """:func:`read_ranges` as the records come, a fetched batch at a time (each partition's
+    in offset order; the partitions' interleaved), so a caller holds no more of them than it
+    keeps."""
     todo = {ref: r for ref, r in ranges.items() if r[1] > r[0]}
     if not todo:
-        return out
+        return
     cursor = {ref: r[0] for ref, r in todo.items()}
     reader.consumer.assign([TopicPartition(t, p, r[0]) for (t, p), r in todo.items()])
     deadline = time.monotonic() + timeout
@@ -497,44 +491,79 @@ def read_ranges(
                 if reader.lengthen(expected):
                     reader.consumer.assign([TopicPartition(t, p, cursor[(t, p)]) for t, p in todo])
                 quiet_until = now + stall_s(reader.wait)
+            kept: list[Message] = []
+            progressed = False
             for msg in reader.consumer.consume(min(expected, 10_000), timeout=0.5):
                 ref = (msg.topic() or "", msg.partition() or 0)
-                if ref not in todo:
+                span = todo.get(ref)
+                if span is None:
                     continue
                 offset = msg.offset()
                 offset = -1 if offset is None else offset
                 err = msg.error()
                 if err is not None:
                     if err.code() == RdKafkaError._PARTITION_EOF:
-                        if cursor[ref] <= offset < todo[ref][1]:
+                        if cursor[ref] <= offset < span[1]:
                             raise StoreError(
                                 f"{what}: {ref[0]}[{ref[1]}] ends at {offset} but the ledger"
-                                f" holds records up to {todo[ref][1]} (was the topic deleted?)"
+                                f" holds records up to {span[1]} (was the topic deleted?)"
                             )
                         continue
                     raise KafkaError(f"{what}: reading {ref[0]}[{ref[1]}]: {err.str()}", err.name())
                 if offset < cursor[ref]:
                     continue  # fetched for an earlier assignment
-                if offset < todo[ref][1]:
-                    out[ref].append(msg)
                 cursor[ref] = offset + 1
+                progressed = True
+                if offset < span[1]:
+                    kept.append(msg)
+                if offset + 1 >= span[1]:
+                    del todo[ref]
+            if progressed:
                 now = time.monotonic()
                 deadline, quiet_until = now + timeout, now + stall_s(reader.wait)
-                if cursor[ref] >= todo[ref][1]:
-                    del todo[ref]
+            if kept:
+                yield kept
     finally:
         reader.consumer.unassign()
-    return out
 
 
-def _headers(msg: Message) -> list[tuple[str, Any]]:
+RUN_GAP = 512  # offsets apart that one read still covers (a read per record costs a fetch)
+
+
+def read_offsets(
+    reader: RangeReader, wanted: Mapping[PartitionRef, Iterable[int]], timeout: float, what: str
+) -> dict[tuple[PartitionRef, int], Message]:
+    """The records at these offsets: near ones read together as one range per run, one run
+    per partition at a time."""
+    runs: dict[PartitionRef, list[Range]] = {}
+    for ref, offsets in wanted.items():
+        mine: list[Range] = []
+        for offset in sorted(set(offsets)):
+            if mine and offset - mine[-1][1] < RUN_GAP:
+                mine[-1] = (mine[-1][0], offset + 1)
+            else:
+                mine.append((offset, offset + 1))
+        runs[ref] = mine
+    found: dict[tuple[PartitionRef, int], Message] = {}
+    keep = {(ref, o) for ref, offsets in wanted.items() for o in offsets}
+    while any(runs.values()):
+        ranges = {ref: rs.pop(0) for ref, rs in runs.items() if rs}
+        for batch in iter_ranges(reader, ranges, timeout, what):
+            for msg in batch:
+                at = ((msg.topic() or "", msg.partition() or 0), msg.offset() or 0)
+                if at in keep:
+                    found[at] = msg
+    return found
+
+
+def record_headers(msg: Message) -> list[tuple[str, Any]]:
     raw = msg.headers()
     if raw is None:
         return []
     return list(raw.items()) if isinstance(raw, dict) else list(raw)
 
 
-class _Deliveries:
+class Deliveries:
     """Produces records and waits for every acknowledgement; the offsets they got."""
 
     def __init__(self, producer: Producer, timeout: float, what: str) -> None:
@@ -542,6 +571,7 @@ class _Deliveries:
         self.timeout = timeout
         self.what = what
         self.offsets: dict[PartitionRef, list[int]] = {}
+        self.placed: dict[int, tuple[int, int]] = {}  # tracked record -> partition, offset
         self.errors: list[str] = []
         self.sent = 0
 
@@ -555,13 +585,25 @@ class _Deliveries:
             return
         self.offsets.setdefault((msg.topic() or "", msg.partition() or 0), []).append(offset)
 
+    def _track(self, at: int, err: RdKafkaError | None, msg: Message) -> None:
+        self._done(err, msg)
+        if err is None:
+            self.placed[at] = (msg.partition() or 0, msg.offset() or 0)
+
     def send(
-        self, topic: str, key: bytes, value: bytes | None, headers: list[tuple[str, Any]]
+        self,
+        topic: str,
+        key: bytes | str,
+        value: bytes | str | None,
+        headers: list[tuple[str, Any]],
+        at: int | None = None,
     ) -> None:
+        """Produce one record; ``at``: note where it lands under this number."""
+        done = self._done if at is None else functools.partial(self._track, at)
         while True:
             try:
                 self.producer.produce(
-                    topic, key=key, value=value, headers=headers, on_delivery=self._done
+                    topic, key=key, value=value, headers=headers, on_delivery=done
                 )
                 self.sent += 1
                 return
@@ -799,8 +841,8 @@ class KafkaStore:
                 self._producer = _producer(self.kafka)
             return self._producer
 
-    def _send(self, what: str) -> _Deliveries:
-        return _Deliveries(self.producer(), self.timeout, f"view {self.view}: {what}")
+    def _send(self, what: str) -> Deliveries:
+        return Deliveries(self.producer(), self.timeout, f"view {self.view}: {what}")
 
     def _put_record(self, name: str, record: GenerationRecord | None, what: str) -> None:
         """Produce one ledger record (None: a tombstone) and wait for it."""
@@ -854,7 +896,7 @@ class KafkaStore:
                     raw_key = msg.key()
                     if raw_key is None or (holes and in_ranges(holes, offset)):
                         continue
-                    slot = Slot.of(msg.value(), _headers(msg))
+                    slot = Slot.of(msg.value(), record_headers(msg))
                     stored.append(StoredRecord(t, partition, offset, raw_key.decode(), slot))
             out[collection] = fold(stored)
         return out
@@ -914,6 +956,8 @@ class KafkaStore:
     def writer(
         self, generation: str, *, live: bool, hooks: CommitHooks | None = None
     ) -> "KafkaWriter":
+        from connectors.stores.kafka_writer import KafkaWriter
+
         return KafkaWriter(self, generation, live=live, hooks=hooks or CommitHooks())
 
     def prepare(self, generation: str) -> None:
@@ -1041,363 +1085,3 @@ class KafkaStore:
             if self._producer is not None:
                 self._producer.flush(self.timeout)
                 self._producer = None
-
-
-# -- the writer's state and the materializer's transaction -------------------------------
-
-
-@dataclass(frozen=True)
-class _State:
-    """An entry as a writer holds it: parsed fields, their exact JSON, position, count."""
-
-    fields: Mapping[str, Any]
-    text: str
-    position: int
-    applied: int
-
-    def entry(self, collection: str, key: str) -> Entry:
-        return Entry(collection, key, json.loads(self.text), self.position, self.applied)
-
-    def slot(self) -> Slot:
-        return Slot(self.text.encode(), self.position, self.applied)
-
-
-def _state_of(fields: Mapping[str, Any], position: int, applied: int) -> _State:
-    text = fields_json(fields)
-    parsed = json.loads(text)
-    if not isinstance(parsed, dict):
-        raise ValueError(f"fields must be a JSON object, got {text[:80]!r}")
-    return _State(parsed, text, position, applied)
-
-
-class Index:
-    """A generation's committed state in a writer's memory: entries, positions of deleted keys
-    and the lookup indexes."""
-
-    def __init__(self, collections: Mapping[str, Collection]) -> None:
-        self.collections = collections
-        self.entries: dict[Ident, _State] = {}
-        self.tombs: dict[Ident, int] = {}
-        self.lookups: dict[tuple[str, str], dict[str, set[str]]] = {
-            (c.name, f): {} for c in collections.values() for f in c.lookups
-        }
-
-    def fold_in(self, ident: Ident, slot: Slot) -> None:
-        """Fold the slot a key's latest record says."""
-        collection, key = ident
-        before = self.entries.pop(ident, None)
-        self.tombs.pop(ident, None)
-        after: _State | None = None
-        if slot.value is not None:
-            fields = json.loads(slot.value)
-            if not isinstance(fields, dict):
-                raise StoreError(f"{collection}/{key}: stored fields are not a JSON object")
-            after = _State(fields, slot.value.decode(), slot.position or 0, slot.applied)
-            self.entries[ident] = after
-        elif slot.position is not None:
-            self.tombs[ident] = slot.position
-        for field_name in self.collections[collection].lookups:
-            index = self.lookups[(collection, field_name)]
-            old = None if before is None else lookup_text(before.fields.get(field_name))
-            new = None if after is None else lookup_text(after.fields.get(field_name))
-            if old == new:
-                continue
-            if old is not None:
-                keys = index.get(old)
-                if keys is not None:
-                    keys.discard(key)
-                    if not keys:
-                        del index[old]
-            if new is not None:
-                index.setdefault(new, set()).add(key)
-
-    def keys_with(self, collection: str, field_name: str, text: str) -> set[str]:
-        return set(self.lookups[(collection, field_name)].get(text, ()))
-
-
-class KafkaTxn:
-    """One batch's unit on Kafka, as the materializer sees it (the
-    :class:`~connectors.stores.base.StoreTxn` of the Kafka store): reads see the unit's pending
-    writes first, then the writer's committed state; nothing reaches Kafka until the writer
-    produces :meth:`changes`."""
-
-    def __init__(self, store: KafkaStore, index: Index) -> None:
-        self.store = store
-        self.index = index
-        self._pending: dict[Ident, _State | None] = {}  # None: deleted in this unit
-        self._tombs: dict[Ident, int | None] = {}  # positions of deleted keys (None: cleared)
-
-    def _current(self, ident: Ident) -> _State | None:
-        if ident in self._pending:
-            return self._pending[ident]
-        return self.index.entries.get(ident)
-
-    # -- the position guard (the batch's own writes) ------------------------------------
-
-    def guard(self, writes: Sequence[Write], rejected: list[Rejected]) -> list[Applied]:
-        """Stage the writes newer than the stored positions; the ones that pass, with their
-        entry's fields before them."""
-        applied: list[Applied] = []
-        for write in writes:
-            ident = (write.collection, write.key)
-            stored = self.index.entries.get(ident)
-            tomb = self.index.tombs.get(ident)
-            known = [
-                p for p in (None if stored is None else stored.position, tomb) if p is not None
-            ]
-            floor = max(known) if known else None
-            if floor is not None and write.position <= floor:
-                continue
-            if isinstance(write, Put):
-                count = applied_count(floor, 0 if stored is None else stored.applied, write)
-                try:
-                    state = _state_of(write.fields, write.position, count)
-                except (TypeError, ValueError) as exc:
-                    rejected.append(Rejected(write, f"{type(exc).__name__}: {exc}"))
-                    continue
-                size = len(state.text.encode()) + len(write.key.encode()) + _RECORD_OVERHEAD
-                if size > MAX_MESSAGE_BYTES:
-                    rejected.append(
-                        Rejected(write, f"record of {size} bytes exceeds {MAX_MESSAGE_BYTES}")
-                    )
-                    continue
-                self._pending[ident] = state
-                self._tombs[ident] = None
-            else:
-                self._pending[ident] = None
-                self._tombs[ident] = write.position
-            applied.append(Applied(write, None if stored is None else json.loads(stored.text)))
-        return applied
-
-    # -- StoreTxn ------------------------------------------------------------------------
-
-    def get(self, collection: str, key: str) -> Entry | None:
-        self.store.collection(collection)
-        state = self._current((collection, key))
-        return None if state is None else state.entry(collection, key)
-
-    def find(self, collection: str, field: str, value: Any) -> list[Entry]:
-        lookups = self.store.collection(collection).lookups
-        if field not in lookups:
-            raise StoreError(
-                f"view {self.store.view}: {field} is not a lookup of {collection}"
-                f" (lookups: {', '.join(lookups) or 'none'})"
-            )
-        wanted = lookup_text(value)
-        if wanted is None:
-            return []
-        keys = self.index.keys_with(collection, field, wanted)
-        keys.update(k for c, k in self._pending if c == collection)
-        out: list[Entry] = []
-        for key in sorted(keys):
-            state = self._current((collection, key))
-            if state is not None and lookup_text(state.fields.get(field)) == wanted:
-                out.append(state.entry(collection, key))
-        return out
-
-    def put(self, collection: str, key: str, fields: Mapping[str, Any]) -> None:
-        self.store.collection(collection)
-        ident = (collection, key)
-        current = self._current(ident)
-        position, applied = (0, 0) if current is None else (current.position, current.applied)
-        try:
-            self._pending[ident] = _state_of(fields, position, applied)
-        except (TypeError, ValueError) as exc:
-            raise StoreError(
-                f"view {self.store.view}: derived write {collection}/{key}: {exc}"
-            ) from exc
-
-    def delete(self, collection: str, key: str) -> None:
-        self.store.collection(collection)
-        self._pending[(collection, key)] = None
-
-    # -- what to produce -----------------------------------------------------------------
-
-    def changes(self) -> list[tuple[Ident, Slot]]:
-        """The slot of every key this unit changed (derived writes that change nothing and
-        derived deletes of absent keys are left out)."""
-        out: list[tuple[Ident, Slot]] = []
-        for ident in dict.fromkeys([*self._pending, *self._tombs]):
-            stored = self.index.entries.get(ident)
-            before = (
-                stored.slot() if stored is not None else Slot(None, self.index.tombs.get(ident))
-            )
-            final = self._pending.get(ident, stored)
-            if final is not None:
-                after = final.slot()
-            elif ident in self._tombs:  # a guarded delete keeps the key's position
-                after = Slot(None, self._tombs[ident])
-            elif stored is None:  # a derived delete of an absent key
-                after = before
-            else:  # a derived delete keeps no position
-                after = Slot(None, None)
-            if after != before:
-                out.append((ident, after))
-        return out
-
-
-# -- the writer -------------------------------------------------------------------------
-
-
-class KafkaWriter:
-    """Applies batches to one generation of a Kafka view store (one writer per generation)."""
-
-    def __init__(
-        self, store: KafkaStore, generation: str, *, live: bool, hooks: CommitHooks
-    ) -> None:
-        self.store = store
-        self.generation = generation
-        self.live = live
-        self.hooks = hooks
-        self.shadow = None if live else generation
-        self.topics = store.generation_topics(self.shadow)
-        self._index: Index | None = None
-        self._known: GenerationRecord | None = None  # the record the index reflects
-        self._ready = False
-
-    def committed(self) -> Commit:
-        return self.store.committed(self.generation)
-
-    def close(self) -> None:
-        """Drop the in-memory state (the store owns the Kafka clients)."""
-        self._index = None
-        self._known = None
-
-    def _stale(self, live: str | None) -> StaleGenerationError:
-        return StaleGenerationError(
-            f"view {self.store.view} was rebuilt (live generation {live}, this job runs"
-            f" {self.generation}); restart the job to continue from the new generation"
-        )
-
-    # -- the ledger and the committed state ---------------------------------------------
-
-    def _record(self) -> GenerationRecord:
-        """This generation's ledger record as the ledger holds it now (under the lock)."""
-        store = self.store
-        ledger = store._current()
-        live = ledger.live()
-        if self.live:
-            if live is None or live.generation != self.generation:
-                raise self._stale(None if live is None else live.generation)
-            return live
-        if live is not None and live.generation == self.generation:
-            raise StoreError(
-                f"view {store.view}: generation {self.generation} was swapped in; its shadow"
-                " writer stops (write it as the live generation)"
-            )
-        record = ledger.shadow(self.generation)
-        if record is None:
-            raise StoreError(
-                f"view {store.view}: generation {self.generation} is not prepared (or was"
-                " discarded)"
-            )
-        return record
-
-    def _load(self, record: GenerationRecord) -> Index:
-        """The index of ``record``'s committed data, kept while nobody else commits to the
-        generation (under the lock)."""
-        if (
-            self._index is not None
-            and self._known is not None
-            and self._known.to_json() == record.to_json()
-        ):
-            return self._index
-        store = self.store
-        if not self._ready:
-            store.ensure_topics(self.topics.values())
-            self._ready = True
-        index = Index(store.collections)
-        for collection, slots in store.read_slots(store._reader(), record, self.topics).items():
-            for key, slot in slots.items():
-                index.fold_in((collection, key), slot)
-        self._index, self._known = index, record
-        return index
-
-    # -- a batch --------------------------------------------------------------------------
-
-    def apply(self, batch: Batch, on_rejected: RejectHandler | None = None) -> bool:
-        check_unique(batch.writes)
-        store = self.store
-        for write in batch.writes:
-            store.collection(write.collection)
-        what = f"view {store.view}: batch {batch.batch_id} of generation {self.generation}"
-        with store.errors(f"batch {batch.batch_id}"), store._lock:
-            record = self._record()
-            if covers(record.offsets, batch.offsets):
-                return False
-            if batch.start is not None:
-                problems = gaps(record.offsets, batch.start)
-                if problems:
-                    raise LedgerGapError(
-                        f"view {store.view}: batch {batch.batch_id} does not continue from the"
-                        f" store ({'; '.join(problems)})"
-                    )
-            index = self._load(record)
-        txn = KafkaTxn(store, index)
-        rejected: list[Rejected] = []
-        applied = txn.guard(batch.writes, rejected)
-        run_materializer(store.materializer, txn, applied)
-        changes = txn.changes()
-        with store.errors(f"batch {batch.batch_id}"):
-            new = self._write(batch, record, changes, what)
-        if rejected and on_rejected is not None:
-            on_rejected(rejected)
-        if self.hooks.before_commit is not None:
-            self.hooks.before_commit(batch.batch_id)
-        with store.errors(f"batch {batch.batch_id}"):
-            self._commit(new, what)
-        for ident, slot in changes:
-            index.fold_in(ident, slot)
-        self._known = new
-        if self.hooks.after_commit is not None:
-            self.hooks.after_commit(batch.batch_id)
-        return True
-
-    def _write(
-        self,
-        batch: Batch,
-        record: GenerationRecord,
-        changes: Sequence[tuple[Ident, Slot]],
-        what: str,
-    ) -> GenerationRecord:
-        """Produce the changed entries, wait for every acknowledgement; the ledger record
-        that commits them."""
-        store = self.store
-        sending = _Deliveries(store.producer(), store.timeout, what)
-        for (collection, key), slot in changes:
-            headers = slot.headers(self.generation, batch.batch_id)
-            sending.send(self.topics[collection], key.encode(), slot.value, headers)
-        delivered = sending.wait()
-        try:
-            bounds, holes = record.advanced(delivered)
-        except ValueError as exc:
-            raise StoreError(
-                f"{what}: the output topics changed under the ledger ({exc});"
-                " were they deleted and created again?"
-            ) from exc
-        skipped = hole_size(holes) - hole_size(record.holes)
-        if skipped:
-            log.info(
-                "%s: %d record(s) past the ledger's bounds were never committed (a writer"
-                " stopped before its commit, or a stale one); readers skip them",
-                what,
-                skipped,
-            )
-        return GenerationRecord(
-            self.generation,
-            batch.batch_id,
-            merge_offsets(record.offsets, batch.offsets),
-            record.batches + 1,
-            bounds,
-            holes,
-        )
-
-    def _commit(self, record: GenerationRecord, what: str) -> None:
-        """Produce the generation's ledger record: the commit point of the batch."""
-        store = self.store
-        committing = _Deliveries(store.producer(), store.timeout, f"{what}: commit")
-        key = ledger_key(store.view, self.shadow)
-        committing.send(store.ledger_topic, key.encode(), record.to_json(), [])
-        [offset] = committing.wait()[(store.ledger_topic, 0)]
-        with store._lock:
-            store.ledger().note(LIVE if self.live else self.generation, record, offset)

@@ -1,7 +1,9 @@
 """What a view writes into a store, and what a store remembers of a view.
 
-A view's micro-batch becomes a :class:`Batch`: keyed :class:`Put` / :class:`Delete` writes
-into named *collections*, the batch id, and the Kafka offsets the batch reached. A store applies
+A view's micro-batch becomes a :class:`Batch`: keyed writes into named *collections* - the
+columnar *write table* (:data:`WRITE_SCHEMA`, one row per write) or a sequence of
+:class:`Put` / :class:`Delete` objects (:func:`write_table` turns them into the table) - the
+batch id, and the Kafka offsets the batch reached. A store applies
 the writes and records the batch in its ledger in one atomic unit, so a batch is applied once:
 
 - **Ledger by offsets.** A batch whose end offsets the store already reached is skipped whole;
@@ -13,9 +15,12 @@ the writes and records the batch in its ledger in one atomic unit, so a batch is
   a change whose position the entry already passed is not counted again.
 """
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
 
 Offsets = dict[str, dict[str, int]]
 """Next offset per topic and partition (partition as a decimal string, as Spark writes it)."""
@@ -116,13 +121,15 @@ class Commit:
 class Batch:
     """One micro-batch of a view: writes, the batch id, and where the batch ends.
 
+    ``writes`` is the write table (:data:`WRITE_SCHEMA`) or a sequence of Put/Delete objects.
+
     ``start`` is where the batch began (None: not known); a store refuses a batch whose start
     is past what it reached, because the records in between were never applied.
     """
 
     batch_id: int
     offsets: Offsets
-    writes: Sequence[Write] = ()
+    writes: "Sequence[Write] | pa.Table" = ()
     start: Offsets | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -205,8 +212,6 @@ class JsonObject(Mapping[str, Any]):
 
     def _object(self) -> dict[str, Any]:
         if self._parsed is None:
-            import json
-
             value = json.loads(self.text)
             if self.member is not None and isinstance(value, dict):
                 value = value.get(self.member)
@@ -232,6 +237,65 @@ def fields_json(fields: Mapping[str, Any]) -> str:
     """The fields as JSON text (kept as is when they arrived as text)."""
     if isinstance(fields, JsonObject) and fields.member is None:
         return fields.text
-    import json
-
     return json.dumps(dict(fields), separators=(",", ":"), default=str)
+
+
+# -- the write table ------------------------------------------------------------------------
+
+WRITE_SCHEMA = pa.schema(
+    [
+        ("collection", pa.string()),
+        ("key", pa.string()),
+        ("position", pa.int64()),
+        ("deleted", pa.bool_()),
+        ("fields", pa.string()),
+        ("member", pa.string()),
+        ("changes", pa.list_(pa.int64())),
+        ("fresh", pa.bool_()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+    ]
+)
+"""A batch's writes as columns, one row per write:
+
+- ``collection``, ``key``: where it goes; ``position``: the key's new position; ``deleted``: a
+  Delete (else a Put);
+- ``fields``: JSON text of the entry's fields, or of a larger document whose member ``member``
+  holds them (null for a Delete); ``changes``: the positions folded in, ascending (null or
+  empty: just ``position``); ``fresh``: the entry was (re)created in this batch;
+- ``topic``, ``partition``, ``offset``: the last source record folded in (for dead letters;
+  null when unknown).
+
+It is :data:`projections.folding.FOLDED_SCHEMA` without the rejection columns."""
+
+
+def write_table(writes: Sequence[Write]) -> pa.Table:
+    """Put/Delete objects as the write table (fields kept as their JSON text)."""
+    columns: dict[str, list[Any]] = {name: [] for name in WRITE_SCHEMA.names}
+    for write in writes:
+        columns["collection"].append(write.collection)
+        columns["key"].append(write.key)
+        columns["position"].append(write.position)
+        source = write.source
+        columns["topic"].append(None if source is None else source.topic)
+        columns["partition"].append(None if source is None else source.partition)
+        columns["offset"].append(None if source is None else source.offset)
+        if isinstance(write, Put):
+            fields = write.fields
+            if isinstance(fields, JsonObject):
+                text, member = fields.text, fields.member
+            else:
+                text, member = fields_json(fields), None
+            columns["deleted"].append(False)
+            columns["fields"].append(text)
+            columns["member"].append(member)
+            columns["changes"].append(list(write.changes) or None)
+            columns["fresh"].append(write.fresh)
+        else:
+            columns["deleted"].append(True)
+            columns["fields"].append(None)
+            columns["member"].append(None)
+            columns["changes"].append(None)
+            columns["fresh"].append(False)
+    return pa.table(columns, schema=WRITE_SCHEMA)

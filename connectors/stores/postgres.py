@@ -4,12 +4,14 @@ Ledger tables (in the views schema): ``_tributary_live (view, generation)`` name
 live generation; ``_tributary_ledger (view, generation, batch_id, offsets, batches)`` holds,
 per generation, the last batch applied and the offsets it reached.
 
-One batch is one transaction: lock the generation's ledger row (and, for the live generation,
-hold the view's live row shared so a swap waits), skip the batch if its offsets are already
-reached, COPY the writes into a staging table, apply them per collection with the position
-guard in one statement each, run the view's materializer, update the ledger, commit. A write
-whose value a column refuses (SQLSTATE classes 22 and 23) is found by retrying the writes one by
-one in savepoints; it is handed to ``on_rejected`` and the rest of the batch is applied.
+One batch is one transaction (the unit of :class:`~connectors.stores.protocol.BatchWriter`,
+which runs the protocol): hold the view's live row shared (a swap waits), lock the generation's
+ledger row, COPY the batch's write table into a staging table (CSV written by Arrow from the
+columns, no Python object per write), apply it per collection with the position guard, the
+tombstones and the applied counts in one merge statement each, run the view's materializer,
+update the ledger, commit. A write whose value a column refuses (SQLSTATE classes 22 and 23) is
+found by halving the batch in savepoints; it is handed to ``on_rejected`` and the rest of the
+batch is applied.
 
 Generations: the live generation's tables carry the base names; a shadow generation's tables
 are ``<base>__<generation>``. A swap renames them in one transaction; readers of the base names
@@ -23,32 +25,23 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import psycopg
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+import pyarrow.csv as pcsv  # type: ignore[import-untyped]
 from psycopg import sql
 
-from connectors.errors import LedgerGapError, StaleGenerationError, StoreError
-from connectors.stores.base import (
-    Collection,
-    CommitHooks,
-    Materializer,
-    RejectHandler,
-    run_materializer,
-)
+from connectors.errors import StoreError
+from connectors.stores.base import Collection, CommitHooks, Materializer
 from connectors.stores.model import (
     Applied,
     Batch,
     Commit,
     Entry,
     JsonObject,
-    Offsets,
-    Put,
     Rejected,
-    Write,
-    check_unique,
-    covers,
     fields_json,
-    gaps,
-    merge_offsets,
 )
 from connectors.stores.pg_tables import (
     APPLIED,
@@ -60,6 +53,8 @@ from connectors.stores.pg_tables import (
     generation_table,
     ident,
 )
+from connectors.stores.protocol import BatchUnit, BatchWriter
+from connectors.stores.writes import WriteColumns
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +63,7 @@ Layout = Collection | TypedTable
 _SCHEMA_LOCK = 0x7472_6962  # advisory lock: concurrent first runs create the ledger once
 _STAGE = sql.Identifier("_tributary_stage")
 _DATA_ERRORS = ("22", "23")  # data exceptions, integrity violations: this write's fault
+_WORK_MEM = "SET LOCAL work_mem = '64MB'"
 _STAGED_ROW = sql.SQL("(CASE WHEN s.m IS NULL THEN s.r ELSE s.r -> s.m END)")
 
 
@@ -350,13 +346,15 @@ def ledger_positions(conn: psycopg.Connection[Any], schema: str) -> list[Commit]
 # -- the writer -------------------------------------------------------------------------
 
 
-class PostgresWriter:
+class PostgresWriter(BatchWriter):
     """Applies batches to one generation of a PostgreSQL view store."""
 
     def __init__(
         self, store: PostgresStore, generation: str, *, live: bool, hooks: CommitHooks
     ) -> None:
         self.store = store
+        self.view = store.view
+        self.materializer = store.materializer
         self.generation = generation
         self.live = live
         self.hooks = hooks
@@ -394,147 +392,112 @@ class PostgresWriter:
     def _shadow(self) -> str | None:
         return None if self.live else self.generation
 
-    def apply(self, batch: Batch, on_rejected: RejectHandler | None = None) -> bool:
-        check_unique(batch.writes)
+    @contextmanager
+    def unit(self, batch: Batch) -> Iterator["PostgresUnit"]:
+        """One transaction; rolled back unless the unit commits."""
         conn = self._connection()
-        schema, view = self.store.schema, self.store.view
+        unit = PostgresUnit(self, conn)
         try:
-            with conn.transaction():
-                if self.live:
-                    self._check_live(conn)
-                commit = read_commit(conn, schema, view, self.generation, lock=True)
-                if covers(commit.offsets, batch.offsets):
-                    return False
-                if batch.start is not None:
-                    problems = gaps(commit.offsets, batch.start)
-                    if problems:
-                        raise LedgerGapError(
-                            f"view {view}: batch {batch.batch_id} does not continue from the"
-                            f" store ({'; '.join(problems)})"
-                        )
-                rejected: list[Rejected] = []
-                applied = self._write(conn, batch.writes, rejected)
-                access = TableAccess(self.store, conn, self._shadow, self._ensure)
-                run_materializer(self.store.materializer, access, applied)
-                offsets: Offsets = merge_offsets(commit.offsets, batch.offsets)
-                conn.execute(
-                    sql.SQL(
-                        "UPDATE {} SET batch_id = %s, offsets = %s::jsonb, batches = batches + 1,"
-                        " updated_at = now() WHERE view = %s AND generation = %s"
-                    ).format(self.store._t("_tributary_ledger")),
-                    (batch.batch_id, json.dumps(offsets), view, self.generation),
-                )
-                if rejected and on_rejected is not None:
-                    on_rejected(rejected)
-                if self.hooks.before_commit is not None:
-                    self.hooks.before_commit(batch.batch_id)
-        except (StaleGenerationError, LedgerGapError):
-            self._ready.clear()
-            raise
+            yield unit
         except psycopg.Error as exc:
             self.close()
             raise StoreError(
-                f"view {view}: batch {batch.batch_id} failed: {exc}"
+                f"view {self.view}: batch {batch.batch_id} failed: {exc}"
                 " (the batch is retried when the job restarts)"
             ) from exc
         except BaseException:
-            self._ready.clear()  # the transaction rolled back, table creations included
+            self._rollback(conn)  # table creations included
             raise
-        if self.hooks.after_commit is not None:
-            self.hooks.after_commit(batch.batch_id)
-        return True
+        if not unit.committed:  # a batch the ledger covers: nothing was written
+            self._rollback(conn, forget=False)
 
-    def _check_live(self, conn: psycopg.Connection[Any]) -> None:
-        row = conn.execute(
-            sql.SQL("SELECT generation FROM {} WHERE view = %s FOR SHARE").format(
-                self.store._t("_tributary_live")
-            ),
-            (self.store.view,),
-        ).fetchone()
-        if row is None or row[0] != self.generation:
-            raise StaleGenerationError(
-                f"view {self.store.view} was rebuilt (live generation"
-                f" {row[0] if row else None}, this job runs {self.generation}); restart the"
-                " job to continue from the new generation"
-            )
+    def _rollback(self, conn: psycopg.Connection[Any], forget: bool = True) -> None:
+        if forget:
+            self._ready.clear()  # tables created in the unit are gone
+        try:
+            conn.rollback()
+        except psycopg.Error:
+            self.close()
 
     # -- writing -----------------------------------------------------------------------
 
-    def _write(
-        self, conn: psycopg.Connection[Any], writes: Sequence[Write], rejected: list[Rejected]
+    def write(
+        self,
+        conn: psycopg.Connection[Any],
+        writes: WriteColumns,
+        rejected: list[Rejected],
+        want: bool,
     ) -> list[Applied]:
-        if not writes:
+        """The guarded writes of the batch; rows a table refuses (SQLSTATE classes 22, 23)
+        are found by halving the batch and go to ``rejected``."""
+        if writes.n == 0:
             for collection in self.store.layouts:
                 self._ensure(conn, collection)
             return []
+        staged = stage_table(writes)
+        return self._write_part(conn, writes, staged, np.arange(writes.n), rejected, want)
+
+    def _write_part(
+        self,
+        conn: psycopg.Connection[Any],
+        writes: WriteColumns,
+        staged: pa.Table,
+        rows: np.ndarray,
+        rejected: list[Rejected],
+        want: bool,
+    ) -> list[Applied]:
         try:
             with conn.transaction():
-                return self._write_all(conn, writes)
+                return self._write_rows(conn, writes, staged, rows, want)
         except psycopg.Error as exc:
             self._ready.clear()  # tables created in the rolled-back savepoint are gone
             if not _is_data_error(exc):
                 raise
-        applied: list[Applied] = []
-        for write in writes:  # find the write(s) the tables refuse
-            try:
-                with conn.transaction():
-                    applied.extend(self._write_all(conn, [write]))
-            except psycopg.Error as exc:
-                self._ready.clear()
-                if not _is_data_error(exc):
-                    raise
+            if len(rows) == 1:
+                write = writes.write(int(rows[0]))
                 rejected.append(Rejected(write, f"{type(exc).__name__}: {exc}".strip()))
-        return applied
+                return []
+        half = len(rows) // 2
+        return [
+            *self._write_part(conn, writes, staged, rows[:half], rejected, want),
+            *self._write_part(conn, writes, staged, rows[half:], rejected, want),
+        ]
 
-    def _write_all(self, conn: psycopg.Connection[Any], writes: Sequence[Write]) -> list[Applied]:
-        by_collection: dict[str, list[Write]] = {}
-        for write in writes:
-            by_collection.setdefault(write.collection, []).append(write)
+    def _write_rows(
+        self,
+        conn: psycopg.Connection[Any],
+        writes: WriteColumns,
+        staged: pa.Table,
+        rows: np.ndarray,
+        want: bool,
+    ) -> list[Applied]:
+        part = staged if len(rows) == writes.n else staged.take(pa.array(rows, pa.int64()))
         with conn.cursor() as cur:
             cur.execute(sql.SQL("TRUNCATE {}").format(_STAGE))
             with cur.copy(
-                sql.SQL("COPY {} (coll, k, r, m, pos, changes, fresh, deleted) FROM STDIN").format(
-                    _STAGE
-                )
+                sql.SQL(
+                    "COPY {} (coll, k, r, m, pos, changes, fresh, deleted) FROM STDIN (FORMAT csv)"
+                ).format(_STAGE)
             ) as copy:
-                for write in writes:
-                    if isinstance(write, Put):
-                        text, member = staged_fields(write.fields)
-                        copy.write_row(
-                            (
-                                write.collection,
-                                write.key,
-                                text,
-                                member,
-                                write.position,
-                                list(write.folded),
-                                write.fresh,
-                                False,
-                            )
-                        )
-                    else:
-                        copy.write_row(
-                            (
-                                write.collection,
-                                write.key,
-                                None,
-                                None,
-                                write.position,
-                                [],
-                                False,
-                                True,
-                            )
-                        )
+                copy.write(csv_bytes(part))
+        conn.execute(_WORK_MEM)  # the merges' hash joins and CTEs stay in memory
         applied: list[Applied] = []
-        for collection, group in by_collection.items():
+        codes = writes.collection_codes[rows]
+        for code in np.unique(codes):
+            collection = writes.collections[int(code)]
             self._ensure(conn, collection)
             self._widen(conn, collection)
-            rows = conn.execute(self._apply_sql(collection), {"c": collection}).fetchall()
-            index = {w.key: w for w in group}
+            result = conn.execute(self._apply_sql(collection, want), {"c": collection})
+            if not want:
+                continue
+            mine = rows[codes == code]
+            index = dict(zip(writes.column("key", mine), mine.tolist(), strict=True))
             generic = self._typed(collection) is None
-            for key, before in rows:
+            found = result.fetchall()
+            objects = writes.writes([index[str(key)] for key, _ in found])
+            for write, (_, before) in zip(objects, found, strict=True):
                 fields = None if before is None else _fields_of(before, generic)
-                applied.append(Applied(index[str(key)], fields))
+                applied.append(Applied(write, fields))
         return applied
 
     # -- table shapes ------------------------------------------------------------------
@@ -646,27 +609,33 @@ class PostgresWriter:
 
     # -- the guarded apply statement ---------------------------------------------------
 
-    def _apply_sql(self, collection: str) -> sql.Composed:
+    def _apply_sql(self, collection: str, want: bool) -> sql.Composed:
+        """The guarded merge of the staged writes of ``collection``; returns each applied
+        key with its row before (``want``), else the number applied."""
         table = self.store.table(collection, self._shadow)
         t, d = self.store._t(table), self.store._t(deleted_table(table))
         pos, app = sql.Identifier(POSITION), sql.Identifier(APPLIED)
-        floor = sql.SQL("GREATEST(coalesce(g.tpos, -1), coalesce(g.dpos, -1))")
-        new = sql.SQL("(SELECT count(*) FROM unnest(g.changes) a WHERE a > {})").format(floor)
         applied = sql.SQL(
-            "CASE WHEN g.fresh AND g.changes[1] > {f} THEN {n} ELSE coalesce(g.tapp, 0) + {n} END"
-        ).format(f=floor, n=new)
+            "CASE WHEN g.fresh AND g.changes[1] > g.floor THEN g.n ELSE coalesce(g.tapp, 0) + g.n"
+            " END"
+        )
         typed = self._typed(collection)
         match: sql.Composable
         target_match: sql.Composable
+        # Rows the batch finds in the table are updated, the others inserted: both sets are
+        # known from the join (the ledger row's lock keeps other writers of the generation
+        # out), which costs half of an INSERT ... ON CONFLICT DO UPDATE.
         if typed is None:
             match = sql.SQL("t.key = s.k")
             target_match = sql.SQL("t.key = g.k")
-            upsert = sql.SQL(
-                "INSERT INTO {t} (key, {pos}, {app}, fields)"
-                " SELECT g.k, g.pos, {applied}, g.r::jsonb FROM g WHERE NOT g.deleted"
-                " ON CONFLICT (key) DO UPDATE SET {pos} = EXCLUDED.{pos},"
-                " {app} = EXCLUDED.{app}, fields = EXCLUDED.fields"
-            ).format(t=t, pos=pos, app=app, applied=applied)
+            write = sql.SQL(
+                " updated AS (UPDATE {t} t SET {pos} = g.pos, {app} = {applied},"
+                " fields = g.r::jsonb FROM g"
+                " WHERE NOT g.deleted AND g.tpos IS NOT NULL AND {target_match}),"
+                " inserted AS (INSERT INTO {t} (key, {pos}, {app}, fields)"
+                " SELECT g.k, g.pos, {applied}, g.r::jsonb FROM g"
+                " WHERE NOT g.deleted AND g.tpos IS NULL)"
+            ).format(t=t, pos=pos, app=app, applied=applied, target_match=target_match)
         else:
             key_of = {c: _key_column(typed, c) for c in typed.key}
             match = sql.SQL(" AND ").join(
@@ -682,46 +651,53 @@ class PostgresWriter:
                 for c in typed.key
             )
             columns = list(typed.columns)
+            source = sql.SQL("g.r::jsonb")
             names = sql.SQL(", ").join(sql.Identifier(c.name) for c in columns)
-            values = sql.SQL(", ").join(c.value_sql(sql.SQL("g.r::jsonb")) for c in columns)
-            non_key = [c for c in columns if c.name not in typed.key]
-            sets = sql.SQL(", ").join(
-                sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c.name)) for c in non_key
-            )
-            upsert = sql.SQL(
-                "INSERT INTO {t} ({names}, {pos}, {app})"
-                " SELECT {values}, g.pos, {applied} FROM g WHERE NOT g.deleted"
-                " ON CONFLICT ({keys}) DO UPDATE SET {sets}{comma}{pos} = EXCLUDED.{pos},"
-                " {app} = EXCLUDED.{app}"
+            values = sql.SQL(", ").join(c.value_sql(source) for c in columns)
+            sets = [
+                sql.SQL("{} = {}").format(sql.Identifier(c.name), c.value_sql(source))
+                for c in columns
+                if c.name not in typed.key
+            ]
+            sets += [
+                sql.SQL("{} = g.pos").format(pos),
+                sql.SQL("{} = {}").format(app, applied),
+            ]
+            write = sql.SQL(
+                " updated AS (UPDATE {t} t SET {sets} FROM g"
+                " WHERE NOT g.deleted AND g.tpos IS NOT NULL AND {target_match}),"
+                " inserted AS (INSERT INTO {t} ({names}, {pos}, {app})"
+                " SELECT {values}, g.pos, {applied} FROM g"
+                " WHERE NOT g.deleted AND g.tpos IS NULL)"
             ).format(
                 t=t,
+                sets=sql.SQL(", ").join(sets),
+                target_match=target_match,
                 names=names,
                 values=values,
                 pos=pos,
                 app=app,
                 applied=applied,
-                keys=sql.SQL(", ").join(map(sql.Identifier, typed.key)),
-                sets=sets,
-                comma=sql.SQL(", ") if non_key else sql.SQL(""),
             )
         return sql.SQL(
-            "WITH g AS ("
+            "WITH f AS ("
             " SELECT s.k, {row} AS r, s.pos, s.changes, s.fresh, s.deleted,"
-            " t.{pos} AS tpos, t.{app} AS tapp, d.{pos} AS dpos, {before} AS before"
+            " t.{pos} AS tpos, t.{app} AS tapp, d.{pos} AS dpos, {before} AS before,"
+            " GREATEST(coalesce(t.{pos}, -1), coalesce(d.{pos}, -1)) AS floor"
             " FROM {stage} s LEFT JOIN {t} t ON {match} LEFT JOIN {d} d ON d.key = s.k"
-            " WHERE s.coll = %(c)s"
-            " AND s.pos > GREATEST(coalesce(t.{pos}, -1), coalesce(d.{pos}, -1))),"
+            " WHERE s.coll = %(c)s),"
+            " g AS (SELECT f.*, (SELECT count(*) FROM unnest(f.changes) a WHERE a > f.floor) AS n"
+            " FROM f WHERE f.pos > f.floor),"
             " removed AS (DELETE FROM {t} t USING g WHERE g.deleted AND {target_match}),"
             " tombs AS (INSERT INTO {d} (key, {pos}) SELECT g.k, g.pos FROM g WHERE g.deleted"
             " ON CONFLICT (key) DO UPDATE SET {pos} = EXCLUDED.{pos}),"
             " revived AS (DELETE FROM {d} x USING g WHERE NOT g.deleted AND x.key = g.k),"
-            " upserted AS ({upsert})"
-            " SELECT g.k, g.before FROM g"
+            "{write}"
+            " SELECT {result} FROM g"
         ).format(
             row=_STAGED_ROW,
-            before=sql.SQL("to_jsonb(t)")
-            if self.store.materializer is not None
-            else sql.SQL("CASE WHEN t.{} IS NULL THEN NULL ELSE '{{}}'::jsonb END").format(pos),
+            before=sql.SQL("to_jsonb(t)") if want else sql.SQL("NULL::jsonb"),
+            result=sql.SQL("g.k, g.before") if want else sql.SQL("count(*)"),
             pos=pos,
             app=app,
             stage=_STAGE,
@@ -729,8 +705,91 @@ class PostgresWriter:
             d=d,
             match=match,
             target_match=target_match,
-            upsert=upsert,
+            write=write,
         )
+
+
+class PostgresUnit(BatchUnit):
+    """One batch's transaction on a PostgreSQL store."""
+
+    def __init__(self, writer: PostgresWriter, conn: psycopg.Connection[Any]) -> None:
+        self.writer = writer
+        self.store = writer.store
+        self.conn = conn
+        self.committed = False
+
+    def live_generation(self) -> str | None:
+        # Held shared until the commit: a swap waits for this batch.
+        row = self.conn.execute(
+            sql.SQL("SELECT generation FROM {} WHERE view = %s FOR SHARE").format(
+                self.store._t("_tributary_live")
+            ),
+            (self.store.view,),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def ledger(self) -> Commit:
+        store = self.store
+        return read_commit(self.conn, store.schema, store.view, self.writer.generation, lock=True)
+
+    def write(self, writes: WriteColumns, rejected: list[Rejected], applied: bool) -> list[Applied]:
+        return self.writer.write(self.conn, writes, rejected, applied)
+
+    def txn(self) -> "TableAccess":
+        writer = self.writer
+        return TableAccess(self.store, self.conn, writer._shadow, writer._ensure)
+
+    def record(self, commit: Commit) -> None:
+        self.conn.execute(
+            sql.SQL(
+                "UPDATE {} SET batch_id = %s, offsets = %s::jsonb, batches = %s,"
+                " updated_at = now() WHERE view = %s AND generation = %s"
+            ).format(self.store._t("_tributary_ledger")),
+            (
+                commit.batch_id,
+                json.dumps(commit.offsets),
+                commit.batches,
+                commit.view,
+                commit.generation,
+            ),
+        )
+
+    def commit(self) -> None:
+        self.conn.commit()
+        self.committed = True
+
+
+# -- staging ----------------------------------------------------------------------------
+
+_CSV = pcsv.WriteOptions(include_header=False, quoting_style="needed")
+
+
+def stage_table(writes: WriteColumns) -> pa.Table:
+    """The staging table's columns of a batch (changes as PostgreSQL array literals)."""
+    values = pa.array(writes.change_values, pa.int64()).cast(pa.string())
+    lists = pa.ListArray.from_arrays(pa.array(writes.change_offsets, pa.int32()), values)
+    changes = pc.binary_join_element_wise("{", pc.binary_join(lists, ","), "}", "")
+    table = writes.table
+    return pa.table(
+        {
+            "coll": table["collection"],
+            "k": table["key"],
+            "r": table["fields"],
+            "m": table["member"],
+            "pos": table["position"],
+            "changes": changes,
+            "fresh": pa.array(writes.fresh),
+            "deleted": pa.array(writes.deleted),
+        }
+    )
+
+
+def csv_bytes(table: pa.Table) -> bytes:
+    """``table`` as CSV for ``COPY ... (FORMAT csv)``: nulls unquoted and empty, strings quoted
+    when needed (so an empty string stays one)."""
+    sink = pa.BufferOutputStream()
+    pcsv.write_csv(table, sink, _CSV)
+    return bytes(sink.getvalue())
 
 
 def _fields_of(row: dict[str, Any], generic: bool) -> dict[str, Any]:

@@ -16,53 +16,44 @@ Names (``v`` the view, ``c`` a collection, ``k`` a key, ``g`` a generation):
   ``tributary:v:members:g`` (every logical name the generation wrote: swap, discard and scan
   walk it) and the live pointer ``tributary:v:live``.
 
-One batch is one MULTI/EXEC: WATCH the generation's ledger and the live pointer, read the
-ledger and the stored positions of the batch's keys, apply the position guard in Python, run
-the materializer on an overlay of the unit's pending writes, then queue every write, index and
-members update and the ledger update and EXEC. Nothing reaches Redis before EXEC, so a writer
-killed before it leaves neither data nor ledger. Reads (``get``, ``scan``) and ``swap_in`` /
-``discard`` are Lua scripts, so a reader sees a generation before or after a swap, never half.
+One batch is one MULTI/EXEC (the unit of :class:`~connectors.stores.protocol.BatchWriter`,
+which runs the protocol): WATCH the generation's ledger and the live pointer, read the ledger,
+read the stored positions, counts and tombstones of the batch's keys (one script call per
+collection, in one round trip), apply the position guard over the columns, run the
+materializer on an overlay of the unit's pending writes (only a store with one builds a Python
+object per write), then queue the entries (one script call: DEL + HSET per entry), the index,
+tombstone and members updates and the ledger update, and EXEC. Nothing reaches Redis before
+EXEC, so a writer killed before it leaves neither data nor ledger. Reads (``get``, ``scan``)
+and ``swap_in`` / ``discard`` are Lua scripts, so a reader sees a generation before or after a
+swap, never half.
 """
 
 import json
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped]
 import redis
 from redis.typing import EncodableT, FieldT
 
-from connectors.errors import (
-    LedgerGapError,
-    StaleGenerationError,
-    StoreError,
-    StoreUnavailableError,
-)
-from connectors.stores.base import (
-    Collection,
-    CommitHooks,
-    Materializer,
-    RejectHandler,
-    new_generation,
-    run_materializer,
-)
+from connectors.errors import StoreError, StoreUnavailableError
+from connectors.stores.base import Collection, CommitHooks, Materializer, new_generation
 from connectors.stores.model import (
     Applied,
     Batch,
     Commit,
     Entry,
+    JsonObject,
     Put,
     Rejected,
-    Write,
-    applied_count,
-    check_unique,
-    covers,
     fields_json,
-    gaps,
-    merge_offsets,
 )
+from connectors.stores.protocol import BatchUnit, BatchWriter
+from connectors.stores.writes import NONE, WriteColumns, entry_objects, guard
 
 log = logging.getLogger(__name__)
 
@@ -308,6 +299,49 @@ return 1
 """
 
 
+# The stored state of entries, for the guard: ARGV[1] '1' when the entries' JSON is wanted,
+# ARGV[2] the tombstones hash, ARGV[3] a JSON array of entry names and keys, alternating ->
+# a JSON array of position, count, tombstone[, JSON] per entry (null: none). One argument in,
+# one out: the client sends and parses a batch without a Python call per value.
+_READ = """
+local want = ARGV[1] == '1'
+local tombs = ARGV[2]
+local items = cjson.decode(ARGV[3])
+local null = cjson.null
+local out = {}
+for i = 1, #items, 2 do
+  local v = redis.call('HMGET', items[i], '_position', '_applied', '_json')
+  if v[3] then
+    out[#out + 1] = v[1] or null
+    out[#out + 1] = v[2] or null
+  else
+    out[#out + 1] = null
+    out[#out + 1] = null
+  end
+  out[#out + 1] = redis.call('HGET', tombs, items[i + 1]) or null
+  if want then out[#out + 1] = v[3] or null end
+end
+if #out == 0 then return '[]' end
+return cjson.encode(out)
+"""
+
+# Entries replaced whole: ARGV[1] is a JSON array of entries, each an array of the hash's name
+# then its field names and values (all strings).
+_PUT = """
+for _, entry in ipairs(cjson.decode(ARGV[1])) do
+  local name, n = entry[1], #entry
+  redis.call('DEL', name)
+  local j = 2
+  while j <= n do
+    local stop = math.min(j + 999, n)
+    redis.call('HSET', name, unpack(entry, j, stop))
+    j = stop + 1
+  end
+end
+return 1
+"""
+
+
 def _text(value: object) -> str | None:
     if value is None:
         return None
@@ -354,6 +388,8 @@ class RedisStore:
         self._scan = self.client.register_script(_SCAN)
         self._swap = self.client.register_script(_SWAP)
         self._discard = self.client.register_script(_DISCARD)
+        self._read = self.client.register_script(_READ)
+        self._put = self.client.register_script(_PUT)
 
     def collection(self, name: str) -> Collection:
         try:
@@ -510,14 +546,109 @@ def _commit(view: str, generation: str, raw: object) -> Commit:
 
 # -- the writer -------------------------------------------------------------------------
 
+_CHUNK = 10_000  # members per SADD / SREM / DEL / HDEL command
+_SCRIPT_ENTRIES = 20_000  # entries per call of the put script (the server holds them all)
 
-class RedisWriter:
+
+def hash_entry(
+    name: str, fields: Mapping[str, Any], position: int, applied: int, text: str
+) -> list[str]:
+    """An entry as the put script takes it: its name, the hash's fields rendered, the meta."""
+    flat = [name]
+    for field_name, value in fields.items():
+        shown = render(value)
+        if shown is not None:
+            flat += (str(field_name), shown)
+    flat += (POSITION, str(position), APPLIED, str(applied), JSON, text)
+    return flat
+
+
+@dataclass
+class _Plan:
+    """Every command of a unit, grouped (physical names; members are logical names)."""
+
+    hashes: list[list[list[str]]] = field(default_factory=list)  # the put script's calls
+    gone: list[str] = field(default_factory=list)
+    tomb_set: dict[str, dict[str, int]] = field(default_factory=dict)
+    tomb_del: dict[str, list[str]] = field(default_factory=dict)
+    index_add: dict[str, list[str]] = field(default_factory=dict)
+    index_rem: dict[str, list[str]] = field(default_factory=dict)
+    members_add: set[str] = field(default_factory=set)
+    members_rem: set[str] = field(default_factory=set)
+
+    def put(
+        self, name: str, fields: Mapping[str, Any], position: int, applied: int, text: str
+    ) -> None:
+        """Replace the hash ``name``."""
+        if not self.hashes or len(self.hashes[-1]) >= _SCRIPT_ENTRIES:
+            self.hashes.append([])
+        self.hashes[-1].append(hash_entry(name, fields, position, applied, text))
+
+    def index(
+        self,
+        names: KeyNames,
+        shadow: str | None,
+        collection: str,
+        field_name: str,
+        key: str,
+        old: str | None,
+        new: str | None,
+    ) -> None:
+        if old == new:
+            return
+        if old is not None:
+            self.index_rem.setdefault(
+                names.physical(names.index(collection, field_name, old), shadow), []
+            ).append(key)
+        if new is not None:
+            logical = names.index(collection, field_name, new)
+            self.index_add.setdefault(names.physical(logical, shadow), []).append(key)
+            self.members_add.add(logical)
+
+    def queue(self, pipe: "redis.client.Pipeline", store: "RedisStore", members: str) -> None:
+        for entries in self.hashes:
+            payload = json.dumps(entries, ensure_ascii=False, separators=(",", ":"))
+            store._put(args=[payload], client=pipe)
+        for i in range(0, len(self.gone), _CHUNK):
+            pipe.delete(*self.gone[i : i + _CHUNK])
+        for name, keys in self.index_rem.items():
+            for i in range(0, len(keys), _CHUNK):
+                pipe.srem(name, *keys[i : i + _CHUNK])
+        for name, keys in self.index_add.items():
+            for i in range(0, len(keys), _CHUNK):
+                pipe.sadd(name, *keys[i : i + _CHUNK])
+        for name, positions in self.tomb_set.items():
+            pipe.hset(name, mapping=positions)  # type: ignore[arg-type]
+        for name, keys in self.tomb_del.items():
+            for i in range(0, len(keys), _CHUNK):
+                pipe.hdel(name, *keys[i : i + _CHUNK])
+        removed = sorted(self.members_rem)
+        for i in range(0, len(removed), _CHUNK):
+            pipe.srem(members, *removed[i : i + _CHUNK])
+        added = sorted(self.members_add)
+        for i in range(0, len(added), _CHUNK):
+            pipe.sadd(members, *added[i : i + _CHUNK])
+
+
+@dataclass
+class _Stored:
+    """What Redis holds for a batch's rows (aligned with the batch's rows)."""
+
+    position: np.ndarray
+    applied: np.ndarray
+    tomb: np.ndarray
+    texts: list[str | None]  # the entries' JSON (when read)
+
+
+class RedisWriter(BatchWriter):
     """Applies batches to one generation of a Redis view store (one writer per generation)."""
 
     def __init__(
         self, store: RedisStore, generation: str, *, live: bool, hooks: CommitHooks
     ) -> None:
         self.store = store
+        self.view = store.view
+        self.materializer = store.materializer
         self.generation = generation
         self.live = live
         self.hooks = hooks
@@ -528,81 +659,205 @@ class RedisWriter:
     def close(self) -> None:
         """Nothing is held between batches (the store's client pools the connections)."""
 
-    def _stale(self, live: str | None) -> StaleGenerationError:
-        return StaleGenerationError(
-            f"view {self.store.view} was rebuilt (live generation {live}, this job runs"
-            f" {self.generation}); restart the job to continue from the new generation"
-        )
+    @contextmanager
+    def unit(self, batch: Batch) -> Iterator["RedisUnit"]:
+        """WATCH the ledger and the live pointer; MULTI/EXEC at the commit."""
+        store = self.store
+        with store.errors(f"batch {batch.batch_id}"), store.client.pipeline() as pipe:
+            pipe.watch(store.names.ledger(self.generation), store.names.live)  # type: ignore[no-untyped-call]
+            yield RedisUnit(self, pipe, batch)
 
-    def apply(self, batch: Batch, on_rejected: RejectHandler | None = None) -> bool:
-        check_unique(batch.writes)
-        store, generation = self.store, self.generation
+
+class RedisUnit(BatchUnit):
+    """One batch's WATCH ... MULTI/EXEC on Redis."""
+
+    def __init__(self, writer: RedisWriter, pipe: "redis.client.Pipeline", batch: Batch) -> None:
+        self.writer = writer
+        self.store = writer.store
+        self.names = writer.store.names
+        self.pipe = pipe
+        self.batch = batch
+        self._live: str | None = None
+        self._read_live = False
+        self._plan = _Plan()
+        self._txn: RedisTxn | None = None
+        self._ledger: dict[FieldT, EncodableT] = {}
+
+    @property
+    def shadow(self) -> str | None:
+        """The prefix generation of physical names (None: the generation is live)."""
+        generation = self.writer.generation
+        return None if self.live_generation() == generation else generation
+
+    def live_generation(self) -> str | None:
+        if not self._read_live:
+            self._live = _text(self.pipe.get(self.names.live))
+            self._read_live = True
+        return self._live
+
+    def ledger(self) -> Commit:
+        self.live_generation()
+        raw = self.pipe.hgetall(self.names.ledger(self.writer.generation))
+        return _commit(self.store.view, self.writer.generation, raw)
+
+    # -- the guarded write -------------------------------------------------------------
+
+    def _read(self, writes: WriteColumns, texts: bool) -> _Stored:
+        """The stored positions, counts and tombstones of the batch's keys (and, for
+        ``texts`` or collections with lookups, the entries' JSON) in one round trip."""
+        names, shadow, store = self.names, self.shadow, self.store
+        pipe = store.client.pipeline(transaction=False)
+        order: list[tuple[np.ndarray, int]] = []
+        for code, collection in enumerate(writes.collections):
+            rows = np.flatnonzero(writes.collection_codes == code)
+            keys = writes.column("key", rows)
+            prefix, suffix = names.pattern(collection)
+            prefix = names.physical(prefix, shadow)
+            tombs = names.physical(names.tombs(collection), shadow)
+            want = texts or bool(store.collection(collection).lookups)
+            items: list[str] = []
+            for key in keys:
+                items += (prefix + key + suffix, key)
+            payload = json.dumps(items, ensure_ascii=False, separators=(",", ":"))
+            store._read(args=["1" if want else "0", tombs, payload], client=pipe)
+            order.append((rows, 4 if want else 3))
+        n = writes.n
+        position = np.full(n, NONE, dtype=np.int64)
+        applied = np.zeros(n, dtype=np.int64)
+        tomb = np.full(n, NONE, dtype=np.int64)
+        out_texts: list[str | None] = [None] * n
+        for (rows, width), reply in zip(order, pipe.execute(), strict=True):
+            values = json.loads(_text(reply) or "[]")
+            position[rows] = _ints(values[0::width], NONE)
+            applied[rows] = _ints(values[1::width], 0)
+            tomb[rows] = _ints(values[2::width], NONE)
+            if width == 4:
+                for row, text in zip(rows.tolist(), values[3::width], strict=True):
+                    out_texts[row] = text
+        return _Stored(position, applied, tomb, out_texts)
+
+    def write(self, writes: WriteColumns, rejected: list[Rejected], applied: bool) -> list[Applied]:
+        for collection in writes.collections:
+            self.store.collection(collection)
+        if writes.n == 0:
+            return []
+        stored = self._read(writes, applied)
+        passed, counts = guard(writes, stored.position, stored.applied, stored.tomb)
+        if applied:
+            self._txn = RedisTxn(self.store, self.writer.generation, live=self.shadow is None)
+            return self._txn.stage_batch(writes, stored, passed, counts, rejected)
+        self._plan_batch(writes, stored, passed, counts, rejected)
+        return []
+
+    def _plan_batch(
+        self,
+        writes: WriteColumns,
+        stored: _Stored,
+        passed: np.ndarray,
+        counts: np.ndarray,
+        rejected: list[Rejected],
+    ) -> None:
+        """The commands of the guarded writes, from the columns (no materializer)."""
+        names, shadow, plan = self.names, self.shadow, self._plan
+        for code, collection in enumerate(writes.collections):
+            mine = passed & (writes.collection_codes == code)
+            lookups = self.store.collection(collection).lookups
+            prefix, suffix = names.pattern(collection)
+            physical = names.physical(prefix, shadow)
+            tombs = names.tombs(collection)
+            tombs_physical = names.physical(tombs, shadow)
+            puts = np.flatnonzero(mine & ~writes.deleted)
+            texts, fields, errors = entry_objects(writes, puts)
+            keys = writes.column("key", puts)
+            positions, applied = writes.position[puts].tolist(), counts[puts].tolist()
+            for i, row in enumerate(puts.tolist()):
+                reason = errors.get(row)
+                if reason is not None:
+                    rejected.append(Rejected(writes.write(row), reason))
+                    continue
+                key, text, entry = keys[i], texts[i], fields[i]
+                assert text is not None and entry is not None
+                plan.put(physical + key + suffix, entry, positions[i], applied[i], text)
+                plan.members_add.add(prefix + key + suffix)
+                if stored.tomb[row] != NONE:
+                    plan.tomb_del.setdefault(tombs_physical, []).append(key)
+                if lookups:
+                    before = _fields(stored.texts[row])
+                    for name in lookups:
+                        plan.index(
+                            names,
+                            shadow,
+                            collection,
+                            name,
+                            key,
+                            _shown(before, name),
+                            render(entry.get(name)),
+                        )
+            deletes = np.flatnonzero(mine & writes.deleted)
+            keys = writes.column("key", deletes)
+            for key, row, position in zip(
+                keys, deletes.tolist(), writes.position[deletes].tolist(), strict=True
+            ):
+                plan.tomb_set.setdefault(tombs_physical, {})[key] = position
+                plan.members_add.add(tombs)
+                if stored.position[row] == NONE:
+                    continue  # no entry to remove
+                plan.gone.append(physical + key + suffix)
+                plan.members_rem.add(prefix + key + suffix)
+                if lookups:
+                    before = _fields(stored.texts[row])
+                    for name in lookups:
+                        plan.index(names, shadow, collection, name, key, _shown(before, name), None)
+
+    # -- the rest of the unit ------------------------------------------------------------
+
+    def txn(self) -> "RedisTxn":
+        if self._txn is None:
+            self._txn = RedisTxn(self.store, self.writer.generation, live=self.shadow is None)
+        return self._txn
+
+    def record(self, commit: Commit) -> None:
+        if self._txn is not None:
+            self._plan = self._txn.plan()
+        self._ledger = {
+            "batch_id": commit.batch_id,
+            "offsets": json.dumps(commit.offsets, separators=(",", ":")),
+            "batches": commit.batches,
+        }
+
+    def commit(self) -> None:
+        writer, pipe = self.writer, self.pipe
+        pipe.multi()
+        self._plan.queue(pipe, self.store, self.names.members(writer.generation))
+        pipe.hset(self.names.ledger(writer.generation), mapping=self._ledger)
         try:
-            with store.errors(f"batch {batch.batch_id}"):
-                done = self._unit(batch, on_rejected)
-        except _Collided as exc:
-            with store.errors("reading the live generation"):
-                live = _text(store.client.get(store.names.live))
-            if self.live and live != generation:
-                raise self._stale(live) from exc
+            pipe.execute()
+        except redis.WatchError as exc:
+            live = _text(self.store.client.get(self.names.live))
+            if writer.live and live != writer.generation:
+                raise writer.stale(live) from exc
             raise StoreError(
-                f"view {store.view}: batch {batch.batch_id} of generation {generation} not"
-                " applied: a concurrent writer changed its ledger or the live generation"
-                " (the batch is retried when the job restarts)"
+                f"view {self.store.view}: batch {self.batch.batch_id} of generation"
+                f" {writer.generation} not applied: a concurrent writer changed its ledger or"
+                " the live generation (the batch is retried when the job restarts)"
             ) from exc
-        if done and self.hooks.after_commit is not None:
-            self.hooks.after_commit(batch.batch_id)
-        return done
-
-    def _unit(self, batch: Batch, on_rejected: RejectHandler | None) -> bool:
-        """One WATCH ... MULTI/EXEC unit; False if the ledger already covers the batch."""
-        store, names, generation = self.store, self.store.names, self.generation
-        view = store.view
-        ledger = names.ledger(generation)
-        with store.client.pipeline() as pipe:
-            pipe.watch(ledger, names.live)  # type: ignore[no-untyped-call]
-            live = _text(pipe.get(names.live))
-            if self.live and live != generation:
-                raise self._stale(live)
-            commit = _commit(view, generation, pipe.hgetall(ledger))
-            if covers(commit.offsets, batch.offsets):
-                return False
-            if batch.start is not None:
-                problems = gaps(commit.offsets, batch.start)
-                if problems:
-                    raise LedgerGapError(
-                        f"view {view}: batch {batch.batch_id} does not continue from the"
-                        f" store ({'; '.join(problems)})"
-                    )
-            txn = RedisTxn(store, generation, live=live == generation)
-            rejected: list[Rejected] = []
-            applied = txn.guard(batch.writes, rejected)
-            run_materializer(store.materializer, txn, applied)
-            pipe.multi()
-            txn.queue(pipe)
-            pipe.hset(
-                ledger,
-                mapping={
-                    "batch_id": batch.batch_id,
-                    "offsets": json.dumps(
-                        merge_offsets(commit.offsets, batch.offsets), separators=(",", ":")
-                    ),
-                    "batches": commit.batches + 1,
-                },
-            )
-            if rejected and on_rejected is not None:
-                on_rejected(rejected)
-            if self.hooks.before_commit is not None:
-                self.hooks.before_commit(batch.batch_id)
-            try:
-                pipe.execute()
-            except redis.WatchError as exc:
-                raise _Collided(str(exc)) from exc
-        return True
 
 
-class _Collided(Exception):
-    """EXEC found a watched key (the ledger, the live pointer) changed: nothing was written."""
+def _ints(values: list[str | None], missing: int) -> np.ndarray:
+    """Decimal texts as int64 (None: ``missing``)."""
+    array = pa.array(values, pa.string()).cast(pa.int64()).fill_null(missing)
+    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _fields(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    value = json.loads(text)
+    return value if isinstance(value, dict) else None
+
+
+def _shown(fields: Mapping[str, Any] | None, name: str) -> str | None:
+    return None if fields is None else render(fields.get(name))
 
 
 # -- the materializer's transaction -------------------------------------------------------
@@ -662,15 +917,15 @@ class RedisTxn:
         pending lookup index in step."""
         collection, key = ident
         before = self._pending.get(ident)
-        for field in self.store.collection(collection).lookups:
-            old = None if before is None else render(before.fields.get(field))
-            new = None if state is None else render(state.fields.get(field))
+        for name in self.store.collection(collection).lookups:
+            old = None if before is None else render(before.fields.get(name))
+            new = None if state is None else render(state.fields.get(name))
             if old == new:
                 continue
             if old is not None:
-                self._pending_index.get((collection, field, old), set()).discard(key)
+                self._pending_index.get((collection, name, old), set()).discard(key)
             if new is not None:
-                self._pending_index.setdefault((collection, field, new), set()).add(key)
+                self._pending_index.setdefault((collection, name, new), set()).add(key)
         self._pending[ident] = state
 
     def _physical(self, name: str) -> str:
@@ -709,35 +964,50 @@ class RedisTxn:
 
     # -- the position guard (the batch's own writes) ------------------------------------
 
-    def guard(self, writes: Sequence[Write], rejected: list[Rejected]) -> list[Applied]:
-        """Stage the writes newer than the stored positions; the ones that pass, with their
+    def stage_batch(
+        self,
+        writes: WriteColumns,
+        stored: _Stored,
+        passed: np.ndarray,
+        counts: np.ndarray,
+        rejected: list[Rejected],
+    ) -> list[Applied]:
+        """Stage the batch's writes that passed the guard; the ones that pass, with their
         entry's fields before them."""
-        for write in writes:
-            self.store.collection(write.collection)
-        tombs = self._load(((w.collection, w.key) for w in writes), tombs=True)
+        keys = writes.keys
+        for row in range(writes.n):
+            ident = (writes.collections[writes.collection_codes[row]], keys[row])
+            text = stored.texts[row]
+            self._stored[ident] = (
+                None
+                if text is None
+                else _State(
+                    JsonObject(text), text, int(stored.position[row]), int(stored.applied[row])
+                )
+            )
+        rows = np.flatnonzero(passed)
+        texts, fields, errors = entry_objects(writes, rows)
         applied: list[Applied] = []
-        for write in writes:
+        objects = writes.writes(rows)
+        for i, row in enumerate(rows.tolist()):
+            write = objects[i]
             ident = (write.collection, write.key)
-            stored, tomb = self._stored[ident], tombs[ident]
-            known = [
-                p for p in (None if stored is None else stored.position, tomb) if p is not None
-            ]
-            floor = max(known) if known else None
-            if floor is not None and write.position <= floor:
-                continue
+            before = self._stored[ident]
+            tomb = stored.tomb[row]
             if isinstance(write, Put):
-                count = applied_count(floor, 0 if stored is None else stored.applied, write)
-                try:
-                    self._stage(ident, _state_of(write.fields, write.position, count))
-                except (TypeError, ValueError) as exc:
-                    rejected.append(Rejected(write, f"{type(exc).__name__}: {exc}"))
+                reason = errors.get(row)
+                if reason is not None:
+                    rejected.append(Rejected(write, reason))
                     continue
-                if tomb is not None:
+                text, entry = texts[i], fields[i]
+                assert text is not None and entry is not None
+                self._stage(ident, _State(entry, text, write.position, int(counts[row])))
+                if tomb != NONE:
                     self._tombs[ident] = None
             else:
                 self._stage(ident, None)
                 self._tombs[ident] = write.position
-            applied.append(Applied(write, None if stored is None else json.loads(stored.text)))
+            applied.append(Applied(write, None if before is None else JsonObject(before.text)))
         return applied
 
     # -- StoreTxn ------------------------------------------------------------------------
@@ -787,42 +1057,30 @@ class RedisTxn:
 
     # -- the commit ----------------------------------------------------------------------
 
-    def queue(self, pipe: "redis.client.Pipeline") -> None:
-        """Queue every pending write with its index, tombstone and members updates."""
-        names = self.names
-        added: set[str] = set()
-        removed: set[str] = set()
+    def plan(self) -> _Plan:
+        """Every pending write with its index, tombstone and members updates."""
+        names, plan = self.names, _Plan()
         for (collection, key), final in self._pending.items():
             before = self._stored[(collection, key)]
             if before is None and final is None:
                 continue
             logical = names.entry(collection, key)
             target = self._physical(logical)
-            pipe.delete(target)
             if final is None:
-                removed.add(logical)
+                plan.gone.append(target)
+                plan.members_rem.add(logical)
             else:
-                pipe.hset(target, mapping=final.mapping())
-                added.add(logical)
-            for field in self.store.collection(collection).lookups:
-                old = None if before is None else render(before.fields.get(field))
-                new = None if final is None else render(final.fields.get(field))
-                if old == new:
-                    continue
-                if old is not None:
-                    pipe.srem(self._physical(names.index(collection, field, old)), key)
-                if new is not None:
-                    index = names.index(collection, field, new)
-                    pipe.sadd(self._physical(index), key)
-                    added.add(index)
+                plan.put(target, final.fields, final.position, final.applied, final.text)
+                plan.members_add.add(logical)
+            for name in self.store.collection(collection).lookups:
+                old = None if before is None else render(before.fields.get(name))
+                new = None if final is None else render(final.fields.get(name))
+                plan.index(names, self.shadow, collection, name, key, old, new)
         for (collection, key), position in self._tombs.items():
             tombs = names.tombs(collection)
             if position is None:
-                pipe.hdel(self._physical(tombs), key)
+                plan.tomb_del.setdefault(self._physical(tombs), []).append(key)
             else:
-                pipe.hset(self._physical(tombs), key, position)
-                added.add(tombs)
-        if removed:
-            pipe.srem(names.members(self.generation), *sorted(removed))
-        if added:
-            pipe.sadd(names.members(self.generation), *sorted(added))
+                plan.tomb_set.setdefault(self._physical(tombs), {})[key] = position
+                plan.members_add.add(tombs)
+        return plan

@@ -35,16 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import numpy as np
 import tantivy
 
-from connectors.errors import LedgerGapError, StaleGenerationError, StoreError
-from connectors.stores.base import (
-    Collection,
-    CommitHooks,
-    Materializer,
-    RejectHandler,
-    run_materializer,
-)
+from connectors.errors import StaleGenerationError, StoreError
+from connectors.stores.base import Collection, CommitHooks, Materializer
 from connectors.stores.model import (
     Applied,
     Batch,
@@ -52,13 +47,10 @@ from connectors.stores.model import (
     Entry,
     Put,
     Rejected,
-    applied_count,
-    check_unique,
-    covers,
     fields_json,
-    gaps,
-    merge_offsets,
 )
+from connectors.stores.protocol import BatchUnit, BatchWriter
+from connectors.stores.writes import NONE, WriteColumns, entry_objects, guard
 
 LIVE = "live"
 
@@ -369,9 +361,16 @@ class TantivyStore:
     # -- documents -----------------------------------------------------------------------
 
     def entry_doc(
-        self, collection: str, key: str, fields: Mapping[str, Any], position: int, applied: int
+        self,
+        collection: str,
+        key: str,
+        fields: Mapping[str, Any],
+        position: int,
+        applied: int,
+        text: str | None = None,
     ) -> tantivy.Document:
-        """An entry's document (ValueError: a search field's value does not fit its kind)."""
+        """An entry's document (ValueError: a search field's value does not fit its kind);
+        ``text``: the fields' exact JSON when known."""
         doc: dict[str, Any] = {
             UID: uid(ENTRY, collection, key),
             COLLECTION: collection,
@@ -379,7 +378,7 @@ class TantivyStore:
             KIND: ENTRY,
             POSITION: position,
             APPLIED: applied,
-            FIELDS: fields_json(fields).encode(),
+            FIELDS: (fields_json(fields) if text is None else text).encode(),
         }
         for lookup in self._collection(collection).lookups:
             value = fields.get(lookup)
@@ -677,13 +676,15 @@ class TantivyStore:
 # -- the writer -----------------------------------------------------------------------------
 
 
-class TantivyWriter:
+class TantivyWriter(BatchWriter):
     """Applies batches to one generation of a tantivy view store."""
 
     def __init__(
         self, store: TantivyStore, slot: _WriterSlot, *, live: bool, hooks: CommitHooks
     ) -> None:
         self.store = store
+        self.view = store.view
+        self.materializer = store.materializer
         self.generation = slot.generation
         self.live = live
         self.hooks = hooks
@@ -697,24 +698,26 @@ class TantivyWriter:
         if slot is not None:
             self.store._release(slot)
 
-    def _check_live(self) -> None:
+    def check_live(self) -> None:
         live = self.store._live_target()
         if live != self.generation:
-            raise StaleGenerationError(
-                f"view {self.store.view} was rebuilt (live generation {live}, this job runs"
-                f" {self.generation}); restart the job to continue from the new generation"
-            )
+            raise self.stale(live)
 
-    def apply(self, batch: Batch, on_rejected: RejectHandler | None = None) -> bool:
-        check_unique(batch.writes)
+    @contextmanager
+    def unit(self, batch: Batch) -> Iterator["TantivyUnit"]:
+        """The generation's writer under its lock, a searcher of the last commit; what the
+        unit added is rolled back (the writer dropped) unless it commits."""
         if self._slot is None:  # used after close: take a slot again
             self._slot = self.store._acquire(self.generation)
         slot = self._slot
+        failed = f"view {self.view}: batch {batch.batch_id} failed"
         with slot.lock:
-            if self.live:
-                self._check_live()
             try:
-                done = self._apply(slot, batch, on_rejected)
+                index, writer = slot.open(self.store)
+                with _tantivy_errors(failed):
+                    index.reload()
+                    searcher = index.searcher()
+                yield TantivyUnit(self, writer, searcher, failed)
             except BaseException as exc:
                 slot.discard()
                 if (
@@ -722,85 +725,147 @@ class TantivyWriter:
                     and self.live
                     and not isinstance(exc, StaleGenerationError)
                 ):
-                    self._check_live()  # the folder went away with a swap: say so
+                    self.check_live()  # the folder went away with a swap: say so
                 raise
-        if done and self.hooks.after_commit is not None:
-            self.hooks.after_commit(batch.batch_id)
-        return done
 
-    def _apply(self, slot: _WriterSlot, batch: Batch, on_rejected: RejectHandler | None) -> bool:
-        store, view = self.store, self.store.view
-        index, writer = slot.open(store)
-        failed = f"view {view}: batch {batch.batch_id} failed"
-        with _tantivy_errors(failed):
-            index.reload()
-            searcher = index.searcher()
-            commit = _read_ledger(store.schema, searcher, view, self.generation)
-        if covers(commit.offsets, batch.offsets):
-            return False
-        if batch.start is not None:
-            problems = gaps(commit.offsets, batch.start)
-            if problems:
-                raise LedgerGapError(
-                    f"view {view}: batch {batch.batch_id} does not continue from the"
-                    f" store ({'; '.join(problems)})"
-                )
-        unit = TantivyTxn(store, searcher)
-        with _tantivy_errors(failed):
-            unit.load([(w.collection, w.key) for w in batch.writes])
-        rejected: list[Rejected] = []
-        applied: list[Applied] = []
-        for write in batch.writes:
-            ident = (write.collection, write.key)
-            entry, tomb = unit.entry(ident), unit.tomb(ident)
-            stored = [p for p in (entry.position if entry else None, tomb) if p is not None]
-            floor = max(stored) if stored else None
-            if floor is not None and write.position <= floor:
+
+def _stored_state(
+    store: TantivyStore, searcher: tantivy.Searcher, writes: WriteColumns, texts: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str | None]]:
+    """Position, count, tombstone position (and, with ``texts``, the fields' JSON) of the
+    stored entries of the batch's keys, aligned with its rows; term-set queries by uid."""
+    n = writes.n
+    position = np.full(n, NONE, dtype=np.int64)
+    applied = np.zeros(n, dtype=np.int64)
+    tomb = np.full(n, NONE, dtype=np.int64)
+    out: list[str | None] = [None] * n
+    rows: dict[str, int] = {}
+    for row, (code, key) in enumerate(
+        zip(writes.collection_codes.tolist(), writes.keys, strict=True)
+    ):
+        rows[uid(ENTRY, writes.collections[code], key)] = row
+        rows[uid(TOMB, writes.collections[code], key)] = row
+    terms = list(rows)
+    for start in range(0, len(terms), _UID_CHUNK):
+        chunk = terms[start : start + _UID_CHUNK]
+        query = tantivy.Query.term_set_query(store.schema, UID, chunk)
+        for _score, address in searcher.search(query, len(chunk)).hits:
+            doc = searcher.doc(address)
+            row = rows[str(doc.get_first(UID))]
+            if doc.get_first(KIND) == TOMB:
+                tomb[row] = int(doc.get_first(POSITION) or 0)
                 continue
-            before = None if entry is None else entry.fields
-            if isinstance(write, Put):
-                count = applied_count(floor, entry.applied if entry else 0, write)
+            position[row] = int(doc.get_first(POSITION) or 0)
+            applied[row] = int(doc.get_first(APPLIED) or 0)
+            if texts:
+                raw = doc.get_first(FIELDS)
+                out[row] = "{}" if raw is None else bytes(raw).decode()
+    return position, applied, tomb, out
+
+
+class TantivyUnit(BatchUnit):
+    """One batch's commit on a tantivy index."""
+
+    def __init__(
+        self,
+        writer: TantivyWriter,
+        index_writer: tantivy.IndexWriter,
+        searcher: tantivy.Searcher,
+        failed: str,
+    ) -> None:
+        self.writer = writer
+        self.store = writer.store
+        self.index_writer = index_writer
+        self.searcher = searcher
+        self.failed = failed
+        self._txn: TantivyTxn | None = None
+        self._changes: list[tuple[str, tantivy.Document | None]] = []  # uid -> new doc
+
+    def live_generation(self) -> str | None:
+        return self.store._live_target()
+
+    def ledger(self) -> Commit:
+        with _tantivy_errors(self.failed):
+            return _read_ledger(
+                self.store.schema, self.searcher, self.store.view, self.writer.generation
+            )
+
+    def write(self, writes: WriteColumns, rejected: list[Rejected], applied: bool) -> list[Applied]:
+        store = self.store
+        for collection in writes.collections:
+            store._collection(collection)
+        if writes.n == 0:
+            return []
+        with _tantivy_errors(self.failed):
+            position, counts_stored, tomb, texts = _stored_state(
+                store, self.searcher, writes, applied
+            )
+        passed, counts = guard(writes, position, counts_stored, tomb)
+        rows = np.flatnonzero(passed)
+        entry_texts_, fields, errors = entry_objects(writes, rows)
+        if applied:
+            self._txn = TantivyTxn(store, self.searcher)
+            return self._txn.stage_batch(
+                writes,
+                rows,
+                (position, counts_stored, tomb, texts),
+                counts,
+                entry_texts_,
+                fields,
+                errors,
+                rejected,
+                self.failed,
+            )
+        keys = writes.column("key", rows)
+        for i, row in enumerate(rows.tolist()):
+            collection, key = writes.collections[writes.collection_codes[row]], keys[i]
+            write_position = int(writes.position[row])
+            if writes.deleted[row]:
+                if position[row] != NONE:
+                    self._changes.append((uid(ENTRY, collection, key), None))
+                with _tantivy_errors(self.failed):
+                    marker = store.tomb_doc(collection, key, write_position)
+                self._changes.append((uid(TOMB, collection, key), marker))
+                continue
+            reason = errors.get(row)
+            text, entry = entry_texts_[i], fields[i]
+            if reason is None:
+                assert text is not None and entry is not None
                 try:
                     doc = store.entry_doc(
-                        write.collection, write.key, write.fields, write.position, count
+                        collection, key, entry, write_position, int(counts[row]), text
                     )
                 except ValueError as exc:
-                    rejected.append(Rejected(write, f"{type(exc).__name__}: {exc}"))
-                    continue
-                unit.stage(write.collection, write.key, write.fields, write.position, count, doc)
-                if tomb is not None:
-                    unit.stage_tomb(write.collection, write.key, None)
-            else:
-                if entry is not None:
-                    unit.stage(write.collection, write.key, None, 0, 0, None)
-                with _tantivy_errors(failed):
-                    marker = store.tomb_doc(write.collection, write.key, write.position)
-                unit.stage_tomb(write.collection, write.key, (write.position, marker))
-            applied.append(Applied(write, before))
-        run_materializer(store.materializer, unit, applied)
-        ledger = Commit(
-            view,
-            self.generation,
-            batch.batch_id,
-            merge_offsets(commit.offsets, batch.offsets),
-            commit.batches + 1,
-        )
-        with _tantivy_errors(failed):
-            for term, new in unit.changes():
+                    reason = f"{type(exc).__name__}: {exc}"
+            if reason is not None:
+                rejected.append(Rejected(writes.write(row), reason))
+                continue
+            self._changes.append((uid(ENTRY, collection, key), doc))
+            if tomb[row] != NONE:
+                self._changes.append((uid(TOMB, collection, key), None))
+        return []
+
+    def txn(self) -> "TantivyTxn":
+        if self._txn is None:
+            self._txn = TantivyTxn(self.store, self.searcher)
+        return self._txn
+
+    def record(self, commit: Commit) -> None:
+        changes = self._changes if self._txn is None else self._txn.changes()
+        writer = self.index_writer
+        with _tantivy_errors(self.failed):
+            for term, new in changes:
                 writer.delete_documents_by_term(UID, term)
                 if new is not None:
                     writer.add_document(new)
             writer.delete_documents_by_term(UID, LEDGER_UID)
-            writer.add_document(_ledger_doc(store.schema, ledger))
-        if rejected and on_rejected is not None:
-            on_rejected(rejected)
-        if self.hooks.before_commit is not None:
-            self.hooks.before_commit(batch.batch_id)
-        if self.live:
-            self._check_live()
-        with _tantivy_errors(f"{failed} (the batch is retried when the job restarts)"):
-            writer.commit()
-        return True
+            writer.add_document(_ledger_doc(self.store.schema, commit))
+
+    def commit(self) -> None:
+        if self.writer.live:
+            self.writer.check_live()
+        with _tantivy_errors(f"{self.failed} (the batch is retried when the job restarts)"):
+            self.index_writer.commit()
 
 
 # -- the materializer's view of a batch ------------------------------------------------------
@@ -859,6 +924,71 @@ class TantivyTxn:
                 else:
                     self._stored[ident] = _entry_of(doc)
 
+    def stage_batch(
+        self,
+        writes: WriteColumns,
+        rows: np.ndarray,
+        stored: tuple[np.ndarray, np.ndarray, np.ndarray, list[str | None]],
+        counts: np.ndarray,
+        texts: list[str | None],
+        fields: list[dict[str, Any] | None],
+        errors: dict[int, str],
+        rejected: list[Rejected],
+        failed: str,
+    ) -> list[Applied]:
+        """Stage the batch's writes that passed the guard (``rows``, with their entries'
+        texts and fields); the ones that pass, with their entry's fields before them."""
+        position, applied_before, tomb, stored_texts = stored
+        keys = writes.keys
+        for row in range(writes.n):
+            ident = (writes.collections[writes.collection_codes[row]], keys[row])
+            text = stored_texts[row]
+            self._stored[ident] = (
+                None
+                if position[row] == NONE or text is None
+                else Entry(
+                    ident[0],
+                    ident[1],
+                    json.loads(text),
+                    int(position[row]),
+                    int(applied_before[row]),
+                )
+            )
+            self._tombs[ident] = None if tomb[row] == NONE else int(tomb[row])
+        out: list[Applied] = []
+        objects = writes.writes(rows)
+        for i, row in enumerate(rows.tolist()):
+            write = objects[i]
+            ident = (write.collection, write.key)
+            entry = self._stored[ident]
+            before = None if entry is None else entry.fields
+            if isinstance(write, Put):
+                reason = errors.get(row)
+                count = int(counts[row])
+                if reason is None:
+                    text, values = texts[i], fields[i]
+                    assert text is not None and values is not None
+                    try:
+                        doc = self.store.entry_doc(
+                            write.collection, write.key, values, write.position, count, text
+                        )
+                    except ValueError as exc:
+                        reason = f"{type(exc).__name__}: {exc}"
+                if reason is not None:
+                    rejected.append(Rejected(write, reason))
+                    continue
+                self.stage(write.collection, write.key, values, write.position, count, doc, text)
+                if tomb[row] != NONE:
+                    self.stage_tomb(write.collection, write.key, None)
+            else:
+                if entry is not None:
+                    self.stage(write.collection, write.key, None, 0, 0, None)
+                with _tantivy_errors(failed):
+                    marker = self.store.tomb_doc(write.collection, write.key, write.position)
+                self.stage_tomb(write.collection, write.key, (write.position, marker))
+            out.append(Applied(write, before))
+        return out
+
     def entry(self, ident: tuple[str, str]) -> Entry | None:
         """The entry as the unit sees it (its own writes first)."""
         if ident in self._pending:
@@ -883,8 +1013,10 @@ class TantivyTxn:
         position: int,
         applied: int,
         doc: tantivy.Document | None,
+        text: str | None = None,
     ) -> None:
-        """The entry of ``key`` after this unit (fields None: deleted)."""
+        """The entry of ``key`` after this unit (fields None: deleted; ``text``: the fields'
+        exact JSON when known)."""
         ident = (collection, key)
         if fields is None:
             self._pending[ident] = None
@@ -895,7 +1027,12 @@ class TantivyTxn:
                 if fields.get(name) is not None
             }
             self._pending[ident] = _Staged(
-                collection, key, fields_json(fields), position, applied, lookups
+                collection,
+                key,
+                fields_json(fields) if text is None else text,
+                position,
+                applied,
+                lookups,
             )
         self._docs[uid(ENTRY, collection, key)] = doc
 

@@ -31,9 +31,18 @@ from examples.social.analytics.common import (
     typed,
 )
 from examples.social.analytics.inputs import decoder, inputs
-from examples.social.analytics.stateful import Revisions, delete_row, iso, put_row, replace_timer
+from examples.social.analytics.stateful import (
+    FOLDED_FIELDS,
+    LATE_INPUT,
+    Revisions,
+    delete_values,
+    iso,
+    late_values,
+    put_values,
+    replace_timer,
+)
 from projections.folding import FOLDED_DDL
-from projections.time import MINUTE_MS, late_and_rejected, window_key
+from projections.time import MINUTE_MS, window_key
 from projections.view import Query, QueryParam, View
 
 ALERTS = "alerts"
@@ -111,7 +120,8 @@ def churn_fields(user: int, followee: int, followed_ms: int, unfollowed_ms: int)
     }
 
 
-def _processor() -> Any:
+def _processor(job: str) -> Any:
+    import pandas as pd  # type: ignore[import-untyped]
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     class AlertProcessor(StatefulProcessor):
@@ -125,33 +135,42 @@ def _processor() -> Any:
 
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
             user = int(key[0])
-            posts = {(int(p[0]), int(p[1])) for p in self.posts.get()}
-            cursor = self._cursor()
-            follows: list[tuple[int, str, int, int]] = []
-            for row in rows:
-                if row["kind"] == "post":
-                    posts.add((int(row["corrected_time"]), int(row["post_id"])))
-                else:
-                    follows.append(
-                        (
-                            int(row["version"]),
-                            row["kind"],
-                            int(row["other_id"]),
-                            int(row["corrected_time"]),
+            frame = pd.concat(list(rows), ignore_index=True)
+            passing = frame["error"].notna() | frame["beyond"].fillna(False).astype(bool)
+            late = late_values(frame[passing], job)
+            kept = frame[~passing]
+            out: list[dict[str, Any]] = []
+            if len(kept):
+                posts = {(int(p[0]), int(p[1])) for p in self.posts.get()}
+                cursor = self._cursor()
+                follows: list[tuple[int, str, int, int]] = []
+                for row in kept.itertuples(index=False):
+                    if row.kind == "post":
+                        posts.add((int(row.corrected_time), int(row.post_id)))
+                    else:
+                        follows.append(
+                            (int(row.version), row.kind, int(row.other_id), int(row.corrected_time))
                         )
-                    )
-            out = self._churn(user, sorted(follows))
-            ordered = sorted(p for p in posts if cursor is None or p >= cursor)
-            out += self._bursts(user, ordered, cursor)
-            self._settle(user, ordered, cursor, int(timerValues.getCurrentWatermarkInMs()))
-            self.revisions.save()
-            yield from out
+                out = self._churn(user, sorted(follows))
+                ordered = sorted(p for p in posts if cursor is None or p >= cursor)
+                out += self._bursts(user, ordered, cursor)
+                self._settle(user, ordered, cursor, int(timerValues.getCurrentWatermarkInMs()))
+                self.revisions.save()
+            if out or late:
+                result = pd.DataFrame(out + late, columns=list(FOLDED_FIELDS))
+                for name in ("position", "partition", "offset"):
+                    result[name] = result[name].astype("Int64")
+                for name in ("deleted", "fresh"):
+                    result[name] = result[name].astype("boolean")
+                yield result
 
         def _cursor(self) -> Post | None:
             row = self.cursor.get() if self.cursor.exists() else None
             return None if row is None else (int(row[0]), int(row[1]))
 
-        def _churn(self, user: int, follows: list[tuple[int, str, int, int]]) -> list[Any]:
+        def _churn(
+            self, user: int, follows: list[tuple[int, str, int, int]]
+        ) -> list[dict[str, Any]]:
             """Follows and unfollows in stream order: an unfollow within 10 minutes alerts."""
             out = []
             for _, kind, followee, at in follows:
@@ -162,11 +181,13 @@ def _processor() -> Any:
                 if followed is not None and at - int(followed[0]) <= CHURN_WITHIN_MS:
                     fields = churn_fields(user, followee, int(followed[0]), at)
                     position = self.revisions.next()
-                    out.append(put_row(ALERTS, alert_key(fields["alert_id"]), position, fields))
+                    out.append(put_values(ALERTS, alert_key(fields["alert_id"]), position, fields))
                 self.follows.removeKey((followee,))
             return out
 
-        def _bursts(self, user: int, ordered: list[Post], cursor: Post | None) -> list[Any]:
+        def _bursts(
+            self, user: int, ordered: list[Post], cursor: Post | None
+        ) -> list[dict[str, Any]]:
             """Publish occurrences that appeared or changed, retract those that vanished."""
             now = {burst_id(user, b): b for b in bursts(ordered, cursor)[0]}
             before = {str(k[0]): (int(v[0]), int(v[1])) for k, v in self.open.iterator()}
@@ -174,10 +195,12 @@ def _processor() -> Any:
             for alert_id, burst in sorted(now.items()):
                 if before.get(alert_id) != (burst[0], burst[2]):
                     fields = burst_fields(user, burst)
-                    out.append(put_row(ALERTS, alert_key(alert_id), self.revisions.next(), fields))
+                    out.append(
+                        put_values(ALERTS, alert_key(alert_id), self.revisions.next(), fields)
+                    )
                     self.open.updateValue((alert_id,), (burst[0], burst[2]))
             for alert_id in sorted(set(before) - set(now)):
-                out.append(delete_row(ALERTS, alert_key(alert_id), self.revisions.next()))
+                out.append(delete_values(ALERTS, alert_key(alert_id), self.revisions.next()))
                 self.open.removeKey((alert_id,))
             return out
 
@@ -227,16 +250,19 @@ def alerts_fold(config: AnalyticsConfig, job: str) -> Any:
 
         ev = inputs(records, config.lateness)
         kinds = ("post", "follow", "unfollow")
-        kept = ev.where(
-            F.col("error").isNull() & ~F.col("beyond") & F.col("kind").isin(*kinds)
-        ).select("user_id", "kind", "post_id", "other_id", "version", "corrected_time")
-        out = kept.groupBy("user_id").transformWithState(
-            _processor(), FOLDED_DDL, "Append", "EventTime"
+        # Every record to the processor, the late and refused ones too: one branch, so the
+        # topics are read once per batch.
+        picked = ev.where(F.col("error").isNotNull() | F.col("kind").isin(*kinds)).select(
+            F.coalesce(F.col("user_id"), F.lit(0)).alias("uid"),
+            "user_id",
+            "post_id",
+            "other_id",
+            "version",
+            *LATE_INPUT,
         )
-        late = late_and_rejected(
-            ev.where(F.col("error").isNotNull() | F.col("kind").isin(*kinds)), config.name(job)
+        return picked.groupBy("uid").transformWithStateInPandas(
+            _processor(config.name(job)), FOLDED_DDL, "Append", "EventTime"
         )
-        return out.unionByName(late)
 
     return fold
 

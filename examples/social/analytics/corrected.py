@@ -17,7 +17,7 @@ from examples.social.analytics.common import (
     typed,
 )
 from examples.social.analytics.inputs import decoder, inputs
-from projections.time import folded, iso, key_json, late_and_rejected
+from projections.time import folded_columns, iso, key_json, late_columns, one_branch
 from projections.view import Query, QueryParam, View
 
 COLUMNS = (
@@ -44,9 +44,8 @@ def corrected_fold(config: AnalyticsConfig, job: str) -> Any:
         from pyspark.sql import functions as F
 
         ev = inputs(records, config.lateness)
-        good = ev.where(F.col("error").isNull() & F.col("kind").isin("search", "click"))
-        out = folded(
-            good,
+        good = F.col("error").isNull() & F.col("kind").isin("search", "click")
+        event = folded_columns(
             collection="events",
             key=key_json(event_id=F.col("event_id")),
             position=F.lit(1),
@@ -71,7 +70,8 @@ def corrected_fold(config: AnalyticsConfig, job: str) -> Any:
             partition=F.col("partition"),
             offset=F.col("offset"),
         )
-        return out.unionByName(late_and_rejected(ev, config.name(job)))
+        # One branch: each record gives its event row and, when late or refused, that row too.
+        return one_branch(ev, [(good, event), late_columns(config.name(job))])
 
     return fold
 

@@ -38,8 +38,9 @@ from examples.social.analytics.common import (
     typed,
 )
 from examples.social.analytics.inputs import decoder, inputs
-from examples.social.analytics.stateful import FOLDED_FIELDS
-from projections.time import HOUR_MS, folded, iso_ms, key_json, late_and_rejected, window_key
+from examples.social.analytics.stateful import FOLDED_FIELDS, LATE_INPUT, late_values
+from projections.folding import FOLDED_DDL
+from projections.time import HOUR_MS, iso_ms, window_key
 from projections.view import Query, QueryParam, View
 
 SEARCHES, CLICKS, QUERIES = "searches", "clicks", "queries"
@@ -124,7 +125,7 @@ def ctr_step(
     received = rows["received_time"].dropna()
     if len(received):
         clock = max(clock, int(received.max()))
-    kept = rows[rows["kept"]]
+    kept = rows[rows["kept"].fillna(False).astype(bool)]
     deltas: list[Any] = []
     touched: set[str] = set()
 
@@ -289,7 +290,7 @@ def _values(collection: str, key: str, position: int, fields: dict[str, Any]) ->
     return values
 
 
-def _processor(allowed_ms: int) -> Any:
+def _processor(allowed_ms: int, job: str) -> Any:
     import pandas as pd
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
@@ -304,6 +305,8 @@ def _processor(allowed_ms: int) -> Any:
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
             partition = int(key[0])
             frame = pd.concat(list(rows), ignore_index=True)
+            late = late_values(frame, job)
+            frame = frame[frame["error"].isna()]
             stored = self.state.get() if self.state.exists() else None
             clock = int(stored[0]) if stored else 0
             searches = _frame_of(stored[1] if stored else None, SEARCH_COLUMNS)
@@ -316,8 +319,8 @@ def _processor(allowed_ms: int) -> Any:
             # the later of the watermark and the partition's clock.
             stamp = pd.Timestamp(max(clock, int(timerValues.getCurrentWatermarkInMs())), unit="ms")
             frames = []
-            if out:
-                frames.append(pd.DataFrame(out, columns=list(FOLDED_FIELDS)))
+            if out or late:
+                frames.append(pd.DataFrame(out + late, columns=list(FOLDED_FIELDS)))
             if len(counts):
                 frames.append(counts)
             if frames:
@@ -352,6 +355,92 @@ def _processor(allowed_ms: int) -> Any:
     return CtrProcessor()
 
 
+TOTALS_BUCKETS = 8
+TOTALS_STATE = "totals binary"
+TOTALS_COLUMNS = ("query", "searches", "clicked", "no_click", "open", "revision")
+
+
+def totals_step(stored: Any, deltas: Any) -> tuple[Any, Any]:
+    """Count changes per query added to the stored totals (pandas): the new totals, and the
+    queries whose totals changed (with their next revision)."""
+    import pandas as pd
+
+    sums = (
+        deltas.groupby("d_query", sort=True)[list(DELTAS)]
+        .sum()
+        .rename(columns=lambda c: c.removeprefix("d_"))
+        .reset_index()
+        .rename(columns={"d_query": "query"})
+    )
+    merged = sums.merge(stored, on="query", how="left", suffixes=("", "_was")).fillna(0)
+    for name in ("searches", "clicked", "no_click", "open"):
+        merged[name] = merged[name].astype("int64") + merged[f"{name}_was"].astype("int64")
+    merged["revision"] = merged["revision"].astype("int64") + 1
+    changed = merged[list(TOTALS_COLUMNS)]
+    others = stored[~stored["query"].isin(changed["query"])]
+    totals = pd.concat([others, changed], ignore_index=True) if len(others) else changed
+    return totals, changed.reset_index(drop=True)
+
+
+def _totals_processor() -> Any:
+    import pandas as pd
+    import pyarrow as pa
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class TotalsProcessor(StatefulProcessor):
+        """A bucket of queries: their totals (Arrow IPC in one state value). The partition
+        processor's other rows pass through: one chain, each record read once."""
+
+        def init(self, handle: Any) -> None:
+            self.state = handle.getValueState("totals", TOTALS_STATE)
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
+            frame = pd.concat(list(rows), ignore_index=True)
+            counting = frame["d_query"].notna()
+            out = frame[~counting][list(FOLDED_FIELDS)]
+            if counting.any():
+                stored = self.state.get() if self.state.exists() else None
+                totals = (
+                    pa.ipc.open_stream(stored[0]).read_all().to_pandas()
+                    if stored
+                    else pd.DataFrame({c: pd.Series(dtype="int64") for c in TOTALS_COLUMNS})
+                )
+                totals, changed = totals_step(totals, frame[counting])
+                self.state.update((_frame_bytes(totals),))
+                rows_out = [
+                    _values(
+                        QUERIES,
+                        query_key(str(q.query)),
+                        int(q.revision),
+                        {
+                            "query": q.query,
+                            "searches": int(q.searches),
+                            CLICKED: int(q.clicked),
+                            NO_CLICK: int(q.no_click),
+                            OPEN: int(q.open),
+                            "ctr": round(int(q.clicked) / int(q.searches), 6)
+                            if int(q.searches)
+                            else None,
+                        },
+                    )
+                    for q in changed.itertuples(index=False)
+                ]
+                out = pd.concat(
+                    [out, pd.DataFrame(rows_out, columns=list(FOLDED_FIELDS))], ignore_index=True
+                )
+            if len(out):
+                for name in ("position", "partition", "offset"):
+                    out[name] = out[name].astype("Int64")
+                for name in ("deleted", "fresh"):
+                    out[name] = out[name].astype("boolean")
+                yield out
+
+        def close(self) -> None:
+            pass
+
+    return TotalsProcessor()
+
+
 def ctr_fold(config: AnalyticsConfig, job: str) -> Any:
     allowed_ms = config.lateness.allowed_ms
 
@@ -359,59 +448,37 @@ def ctr_fold(config: AnalyticsConfig, job: str) -> Any:
         from pyspark.sql import functions as F
 
         ev = inputs(records, config.lateness)
-        activity = ev.where(F.col("error").isNull() & F.col("received_time").isNotNull())
+        # One chain (a second branch off the source would read the topic again): every
+        # activity record to the partition's processor, its rows to the totals per query.
+        activity = ev.where(F.col("error").isNotNull() | F.col("kind").isin("search", "click"))
         steps = (
             activity.select(
-                "partition",
-                "kind",
+                F.col("partition").alias("p"),
                 (F.col("kind").isin("search", "click") & ~F.col("beyond")).alias("kept"),
-                "event_id",
                 "session_id",
                 "user_id",
                 "query",
                 "search_id",
                 "post_id",
-                "corrected_time",
-                "received_time",
+                *LATE_INPUT,
             )
-            .groupBy("partition")
+            .groupBy("p")
             .transformWithStateInPandas(
-                _processor(allowed_ms), OUTPUT_DDL, "Append", "EventTime", eventTimeColumnName="ts"
+                _processor(allowed_ms, config.name(job)),
+                OUTPUT_DDL,
+                "Append",
+                "EventTime",
+                eventTimeColumnName="ts",
             )
         )
-        rows = steps.where(F.col("collection").isNotNull()).select(*FOLDED_FIELDS)
-        totals = (
-            steps.where(F.col("d_query").isNotNull())
-            .groupBy("d_query")
-            .agg(
-                F.sum("d_searches").alias("searches"),
-                F.sum("d_clicked").alias(CLICKED),
-                F.sum("d_no_click").alias(NO_CLICK),
-                F.sum("d_open").alias(OPEN),
-                F.count(F.lit(1)).alias("changes"),
-            )
+        bucket = F.pmod(
+            F.xxhash64(F.coalesce(F.col("d_query"), F.col("key"), F.lit(""))), F.lit(TOTALS_BUCKETS)
         )
-        queries = folded(
-            totals,
-            collection=QUERIES,
-            key=key_json(query=F.col("d_query")),
-            position=F.col("changes"),
-            fields=F.struct(
-                F.col("d_query").alias("query"),
-                F.col("searches"),
-                F.col(CLICKED),
-                F.col(NO_CLICK),
-                F.col(OPEN),
-                F.when(F.col("searches") > 0, F.round(F.col(CLICKED) / F.col("searches"), 6)).alias(
-                    "ctr"
-                ),
-            ),
+        return (
+            steps.withColumn("bucket", bucket)
+            .groupBy("bucket")
+            .transformWithStateInPandas(_totals_processor(), FOLDED_DDL, "Append", "None")
         )
-        late = late_and_rejected(
-            ev.where(F.col("error").isNotNull() | F.col("kind").isin("search", "click")),
-            config.name(job),
-        )
-        return rows.unionByName(queries).unionByName(late)
 
     return fold
 
@@ -479,7 +546,6 @@ def ctr_view(config: AnalyticsConfig) -> View:
         store=store,
         also=also,
         stateful=True,
-        output_mode="update",
         metrics=late_counter(config, store),
         description="searches joined with their clicks within an hour: click-through rate per"
         " query, searches with no click once their hour expired",

@@ -2,13 +2,14 @@
 (the seeds' slowly changing dimension: a rename after the like does not rewrite it), from the
 users table's changes (``cdc.public.users``, each version valid from its commit time).
 
-On Spark's ``transformWithState`` keyed by user: each user's state holds their profile versions
-and the like-halves naming them (as liker or as author). A half is published with the version
-valid at the like's time; when a version arrives that changes that answer (the users topic ran
-behind the posts topic), the half is published again - a correction, same key, newer position.
-A half leaves the state on an event-time timer once the watermark is ``allowed + slack`` past
-the like (no version can change it any more). A materializer joins the two halves of a like
-into one enriched entry, in the store's atomic unit.
+On Spark's ``transformWithStateInPandas`` keyed by user: each user's state holds their profile
+versions and the like-halves naming them (as liker or as author). A half is published with the
+version valid at the like's time; when a version arrives that changes that answer (the users
+topic ran behind the posts topic), the half is published again - a correction, same key, newer
+position. A half leaves the state on an event-time timer once the watermark is ``allowed +
+slack`` past the like (no version can change it any more). A second processor, keyed by a bucket
+of like ids, joins the two halves of a like into one enriched entry (its state: the latest half
+of each side, until the same watermark passes). The two are chained: each record is read once.
 """
 
 import json
@@ -28,19 +29,23 @@ from examples.social.analytics.common import (
     typed,
 )
 from examples.social.analytics.inputs import decoder, inputs
-from examples.social.analytics.stateful import Revisions, iso, put_row, replace_timer
+from examples.social.analytics.stateful import (
+    FOLDED_FIELDS,
+    LATE_INPUT,
+    Revisions,
+    iso,
+    late_values,
+    put_values,
+    replace_timer,
+)
 from projections.folding import FOLDED_DDL
-from projections.time import folded, key_json, late_and_rejected
+from projections.time import window_key
 from projections.view import Query, QueryParam, View
 
 PARTS, LIKES = "like_parts", "likes"
 ROLES = ("liker", "author")
 VERSION_STATE = "valid_from long, lsn long, deleted boolean, profile string"
 LIKE_KEY = "part string"  # <like id>:<role>
-HALF_DDL = (
-    "like_id string, role string, post_id long, liker_id long, author_id long, liked_at string,"
-    " handle string, display_name string, version_lsn long"
-)
 LIKE_STATE = (
     "role string, post_id long, liker_id long, author_id long, liked_ms long, shown_lsn long"
 )
@@ -81,13 +86,20 @@ def _part_fields(
         "version_lsn": None if version is None else version[1],
         "version_from": None if version is None else iso(version[0]),
         "user_deleted": version is not None and version[2],
+        "liked_ms": liked_ms,
     }
 
 
-def _processor(retention_ms: int) -> Any:
+def _processor(retention_ms: int, job: str) -> Any:
+    import pandas as pd  # type: ignore[import-untyped]
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     class LikeProcessor(StatefulProcessor):
+        """Per user: the profile's versions and the halves of likes naming the user; each
+        half published with the version valid at the like's time, again when a later-arriving
+        version changes that answer. Records beyond the allowed lateness and refused ones pass
+        through as the job's ``late`` entries and dead letters."""
+
         def init(self, handle: Any) -> None:
             self.handle = handle
             self.versions = handle.getListState("versions", VERSION_STATE)
@@ -96,32 +108,49 @@ def _processor(retention_ms: int) -> Any:
 
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
             user = int(key[0])
-            # The chained aggregation drops rows older than the watermark: never stamp below it.
+            frame = pd.concat(list(rows), ignore_index=True)
+            passing = frame["role"] == "late"
+            late = late_values(frame[passing], job)
+            frame = frame[~passing]
+            # The chained join drops rows older than the watermark: never stamp below it.
             watermark = int(timerValues.getCurrentWatermarkInMs())
+            out = self._halves(user, frame, watermark) if len(frame) else []
+            if out or late:
+                result = pd.DataFrame(out + late, columns=[*FOLDED_FIELDS, "ts"])
+                result["ts"] = pd.to_datetime(
+                    result["ts"].fillna(watermark).astype("int64"), unit="ms"
+                )
+                for name in ("position", "partition", "offset"):
+                    result[name] = result[name].astype("Int64")
+                for name in ("deleted", "fresh"):
+                    result[name] = result[name].astype("boolean")
+                yield result
+
+        def _halves(self, user: int, frame: Any, watermark: int) -> list[dict[str, Any]]:
             versions: dict[int, Version] = {
                 int(v[1]): (int(v[0]), int(v[1]), bool(v[2]), v[3]) for v in self.versions.get()
             }
             grew = False
             fresh: dict[str, tuple[str, int, int, int, int]] = {}
-            for row in rows:
-                if row["kind"] in ("user", "user_deleted"):
-                    lsn = int(row["version"])
+            for row in frame.itertuples(index=False):
+                if row.kind in ("user", "user_deleted"):
+                    lsn = int(row.version)
                     if lsn not in versions:
-                        deleted = row["kind"] == "user_deleted"
-                        versions[lsn] = (int(row["event_time"]), lsn, deleted, row["profile"])
+                        deleted = row.kind == "user_deleted"
+                        versions[lsn] = (int(row.event_time), lsn, deleted, row.profile)
                         grew = True
                 else:
-                    fresh[part_key(str(row["event_id"]), str(row["role"]))] = (
-                        str(row["role"]),
-                        int(row["post_id"]),
-                        int(row["user_id"]),
-                        int(row["other_id"]),
-                        int(row["corrected_time"]),
+                    fresh[part_key(str(row.event_id), str(row.role))] = (
+                        str(row.role),
+                        int(row.post_id),
+                        int(row.user_id),
+                        int(row.other_id),
+                        int(row.corrected_time),
                     )
             ordered = sorted(versions.values(), key=lambda v: (v[0], v[1]))
             if grew:
                 self.versions.put(ordered)
-            out = []
+            out: list[dict[str, Any]] = []
             candidates: list[tuple[str, tuple[str, int, int, int, int], int | None]] = []
             if grew:
                 for (part,), stored in self.likes.iterator():
@@ -137,19 +166,15 @@ def _processor(retention_ms: int) -> Any:
                 lsn = -1 if version is None else version[1]
                 if shown is not None and shown == lsn:
                     continue
-                out.append(
-                    put_row(
-                        PARTS,
-                        part,
-                        self.revisions.next(),
-                        _part_fields(like_id, like, user, version),
-                        ts=max(like[4], watermark),
-                    )
+                values = put_values(
+                    PARTS, part, self.revisions.next(), _part_fields(like_id, like, user, version)
                 )
+                values["ts"] = max(like[4], watermark)
+                out.append(values)
                 self.likes.updateValue((part,), (*like, lsn))
             self.revisions.save()
             self._timer()
-            yield from out
+            return out
 
         def _timer(self) -> None:
             expiries = [int(v[4]) + retention_ms for v in self.likes.values()]
@@ -171,6 +196,115 @@ def _processor(retention_ms: int) -> Any:
     return LikeProcessor()
 
 
+JOIN_BUCKETS = 8
+HALVES_STATE = "halves binary"
+HALF_COLUMNS = ("like_id", "role", "position", "liked_ms", "fields")
+
+
+def join_step(stored: Any, halves: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """The halves of likes (pandas: ``like_id``, ``role``, ``position``, ``liked_ms``,
+    ``fields`` as JSON) after a batch's halves, and the enriched like of every like a half of
+    which changed: its fields from both halves (a missing half's names null), its position the
+    sum of the halves' positions (each grows, so the sum does)."""
+    import pandas as pd
+
+    both = pd.concat([stored, halves], ignore_index=True) if len(stored) else halves
+    both = both.sort_values("position", kind="stable").drop_duplicates(
+        ["like_id", "role"], keep="last"
+    )
+    changed = set(halves["like_id"])
+    out: list[dict[str, Any]] = []
+    touched = both[both["like_id"].isin(changed)].sort_values(["like_id", "role"])
+    for like_id, group in touched.groupby("like_id", sort=True):
+        by_role = {r.role: r for r in group.itertuples(index=False)}
+        parsed = {role: json.loads(r.fields) for role, r in by_role.items()}
+        some = next(iter(parsed.values()))
+        fields = {
+            "like_id": like_id,
+            "post_id": some["post_id"],
+            "liker_id": some["liker_id"],
+            "author_id": some["author_id"],
+            "liked_at": some["liked_at"],
+            **_named(parsed.get("liker"), "liker"),
+            **_named(parsed.get("author"), "author"),
+        }
+        position = sum(int(r.position) for r in by_role.values())
+        out.append(put_values(LIKES, window_key(like_id=like_id), position, fields))
+    return both.reset_index(drop=True), out
+
+
+def _named(fields: dict[str, Any] | None, prefix: str) -> dict[str, Any]:
+    if fields is None:
+        return {f"{prefix}_handle": None, f"{prefix}_name": None, f"{prefix}_version": None}
+    return {
+        f"{prefix}_handle": fields.get("handle"),
+        f"{prefix}_name": fields.get("display_name"),
+        f"{prefix}_version": fields.get("version_lsn"),
+    }
+
+
+def _join_processor(retention_ms: int) -> Any:
+    import pandas as pd
+    import pyarrow as pa  # type: ignore[import-untyped]
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class JoinProcessor(StatefulProcessor):
+        """A bucket of likes: the latest half of each side (Arrow IPC in one state value) until
+        the watermark passes the like's time + allowed lateness + slack (no version can change
+        it any more); other rows pass through."""
+
+        def init(self, handle: Any) -> None:
+            self.state = handle.getValueState("halves", HALVES_STATE)
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
+            frame = pd.concat(list(rows), ignore_index=True)
+            is_half = frame["collection"] == PARTS
+            out = frame[~is_half][list(FOLDED_FIELDS)]
+            if is_half.any():
+                new = frame[is_half]
+                parsed = [json.loads(f) for f in new["fields"]]
+                halves = pd.DataFrame(
+                    {
+                        "like_id": [p["like_id"] for p in parsed],
+                        "role": [p["role"] for p in parsed],
+                        "position": new["position"].astype("int64").to_numpy(),
+                        "liked_ms": [int(p["liked_ms"]) for p in parsed],
+                        "fields": new["fields"].to_numpy(),
+                    }
+                )
+                stored = self.state.get() if self.state.exists() else None
+                before = (
+                    pa.ipc.open_stream(stored[0]).read_all().to_pandas()
+                    if stored
+                    else halves.iloc[0:0]
+                )
+                state, joined = join_step(before, halves)
+                watermark = int(timerValues.getCurrentWatermarkInMs())
+                state = state[state["liked_ms"].astype("int64") + retention_ms > watermark]
+                if len(state):
+                    table = pa.Table.from_pandas(state[list(HALF_COLUMNS)], preserve_index=False)
+                    sink = pa.BufferOutputStream()
+                    with pa.ipc.new_stream(sink, table.schema) as writer:
+                        writer.write_table(table)
+                    self.state.update((bytes(sink.getvalue().to_pybytes()),))
+                else:
+                    self.state.clear()
+                out = pd.concat(
+                    [out, pd.DataFrame(joined, columns=list(FOLDED_FIELDS))], ignore_index=True
+                )
+            if len(out):
+                for name in ("position", "partition", "offset"):
+                    out[name] = out[name].astype("Int64")
+                for name in ("deleted", "fresh"):
+                    out[name] = out[name].astype("boolean")
+                yield out
+
+        def close(self) -> None:
+            pass
+
+    return JoinProcessor()
+
+
 def likes_fold(config: AnalyticsConfig, job: str) -> Any:
     lateness = config.lateness
     retention_ms = lateness.allowed_ms + lateness.slack_ms
@@ -179,85 +313,67 @@ def likes_fold(config: AnalyticsConfig, job: str) -> Any:
         from pyspark.sql import functions as F
 
         ev = inputs(records, lateness)
-        users = F.col("kind").isin("user", "user_deleted")
-        likes = (F.col("kind") == "like") & ~F.col("beyond")
-        keyed = ev.where(F.col("error").isNull() & (users | likes)).select(
+        users = F.col("kind").isin("user", "user_deleted") & F.col("error").isNull()
+        likes = (F.col("kind") == "like") & ~F.col("beyond") & F.col("error").isNull()
+        # One chain (a second branch off the source would read the topics again): the late and
+        # refused records go through the processor too, as role "late".
+        keyed = ev.where(users | (F.col("kind") == "like") | F.col("error").isNotNull()).select(
             F.explode(
                 F.when(
-                    F.col("kind") == "like",
+                    likes,
                     F.array(
                         F.struct(F.col("user_id").alias("uid"), F.lit("liker").alias("role")),
                         F.struct(F.col("other_id").alias("uid"), F.lit("author").alias("role")),
                     ),
-                ).otherwise(
+                )
+                .when(
+                    users,
                     F.array(
                         F.struct(
                             F.col("user_id").alias("uid"),
                             F.lit(None).cast("string").alias("role"),
                         )
+                    ),
+                )
+                .otherwise(
+                    F.array(
+                        F.struct(
+                            F.coalesce(F.col("user_id"), F.lit(0)).alias("uid"),
+                            F.lit("late").alias("role"),
+                        )
                     )
                 )
             ).alias("who"),
-            "kind",
-            "event_id",
             "user_id",
             "other_id",
             "post_id",
             "profile",
             "version",
-            "event_time",
-            "corrected_time",
+            *LATE_INPUT,
         )
         rows = keyed.select(F.col("who.uid").alias("uid"), F.col("who.role").alias("role"), "*")
         halves = (
             rows.drop("who")
             .groupBy("uid")
-            .transformWithState(
-                _processor(retention_ms),
+            .transformWithStateInPandas(
+                _processor(retention_ms, config.name(job)),
                 f"{FOLDED_DDL}, ts timestamp",
                 "Append",
                 "EventTime",
                 eventTimeColumnName="ts",
             )
-            .select(F.from_json("fields", HALF_DDL).alias("h"), "position")
         )
-        # The two halves of a like meet in Spark's state: the latest of each (by position).
-        liker, author = (F.col("h.role") == "liker"), (F.col("h.role") == "author")
-        shown = F.struct("h.handle", "h.display_name", "h.version_lsn")
-        likes = halves.groupBy(F.col("h.like_id").alias("like_id")).agg(
-            F.max("h.post_id").alias("post_id"),
-            F.max("h.liker_id").alias("liker_id"),
-            F.max("h.author_id").alias("author_id"),
-            F.max("h.liked_at").alias("liked_at"),
-            F.max_by(shown, F.when(liker, F.col("position"))).alias("liker"),
-            F.max_by(shown, F.when(author, F.col("position"))).alias("author"),
-            F.max(F.when(liker, F.col("position"))).alias("liker_position"),
-            F.max(F.when(author, F.col("position"))).alias("author_position"),
+        # The two halves of a like meet in a second processor, keyed by a bucket of like ids.
+        like_id = F.get_json_object(F.col("fields"), "$.like_id")
+        spread = F.coalesce(like_id, F.col("key"), F.lit(""))
+        bucket = F.pmod(F.xxhash64(spread), F.lit(JOIN_BUCKETS))
+        return (
+            halves.withColumn("bucket", bucket)
+            .groupBy("bucket")
+            .transformWithStateInPandas(
+                _join_processor(retention_ms), FOLDED_DDL, "Append", "EventTime"
+            )
         )
-        joined = folded(
-            likes,
-            collection=LIKES,
-            key=key_json(like_id=F.col("like_id")),
-            position=F.coalesce(F.col("liker_position"), F.lit(0))
-            + F.coalesce(F.col("author_position"), F.lit(0)),
-            fields=F.struct(
-                "like_id",
-                "post_id",
-                "liker_id",
-                "author_id",
-                "liked_at",
-                F.col("liker.handle").alias("liker_handle"),
-                F.col("liker.display_name").alias("liker_name"),
-                F.col("liker.version_lsn").alias("liker_version"),
-                F.col("author.handle").alias("author_handle"),
-                F.col("author.display_name").alias("author_name"),
-                F.col("author.version_lsn").alias("author_version"),
-            ),
-        )
-        late = late_and_rejected(
-            ev.where(F.col("error").isNotNull() | (F.col("kind") == "like")), config.name(job)
-        )
-        return joined.unionByName(late)
 
     return fold
 
@@ -308,7 +424,6 @@ def likes_view(config: AnalyticsConfig) -> View:
         store=store,
         also=also,
         stateful=True,
-        output_mode="update",
         metrics=late_counter(config, store),
         description="likes with the liker's and the author's profile as of the like",
         queries=(

@@ -30,13 +30,15 @@ from examples.social.analytics.common import (
 from examples.social.analytics.inputs import decoder, inputs
 from examples.social.analytics.stateful import (
     FOLDED_FIELDS,
+    LATE_INPUT,
     delete_values,
     iso,
+    late_values,
     put_values,
     replace_timer,
 )
 from projections.folding import FOLDED_DDL
-from projections.time import MINUTE_MS, late_and_rejected, window_key
+from projections.time import MINUTE_MS, window_key
 from projections.view import Query, QueryParam, View
 
 GAP_MS = 30 * MINUTE_MS
@@ -160,7 +162,7 @@ def _bytes_of(frame: Any) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
-def _processor(gap_ms: int) -> Any:
+def _processor(gap_ms: int, job: str) -> Any:
     import pandas as pd
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
@@ -187,11 +189,20 @@ def _processor(gap_ms: int) -> Any:
                 replace_timer(self.handle, None)
 
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
-            events = pd.concat(list(rows), ignore_index=True)
+            records = pd.concat(list(rows), ignore_index=True)
+            out = late_values(records, job)
+            events = records[
+                records["error"].isna()
+                & ~records["beyond"].fillna(False).astype(bool)
+                & records["user_id"].notna()
+            ]
+            if not len(events):
+                if out:
+                    yield pd.DataFrame(out, columns=list(FOLDED_FIELDS))
+                return
             revision, stored = self._load()
             watermark = int(timerValues.getCurrentWatermarkInMs())
             state, changed, absorbed = sessions_step(stored, events, gap_ms, watermark)
-            out = []
             for row in changed.itertuples(index=False):  # one per changed session
                 revision += 1
                 session = (row.start, row.last, row.events, row.searches, row.clicks)
@@ -229,25 +240,20 @@ def sessions_fold(config: AnalyticsConfig, job: str, gap_ms: int = GAP_MS) -> An
         from pyspark.sql import functions as F
 
         ev = inputs(records, config.lateness)
-        kept = ev.where(
-            F.col("error").isNull()
-            & ~F.col("beyond")
-            & F.col("kind").isin("search", "click")
-            & F.col("user_id").isNotNull()
-        ).select(
-            F.pmod(F.col("user_id"), F.lit(BUCKETS)).alias("bucket"),
-            "user_id",
-            "kind",
-            "corrected_time",
+        # Every activity record goes to the processor (the late and the refused too): one
+        # branch, so the topic is read once per batch.
+        picked = ev.where(F.col("error").isNotNull() | F.col("kind").isin("search", "click"))
+        return (
+            picked.select(
+                F.pmod(F.coalesce(F.col("user_id"), F.lit(0)), F.lit(BUCKETS)).alias("bucket"),
+                "user_id",
+                *LATE_INPUT,
+            )
+            .groupBy("bucket")
+            .transformWithStateInPandas(
+                _processor(gap_ms, config.name(job)), FOLDED_DDL, "Append", "EventTime"
+            )
         )
-        out = kept.groupBy("bucket").transformWithStateInPandas(
-            _processor(gap_ms), FOLDED_DDL, "Append", "EventTime"
-        )
-        late = late_and_rejected(
-            ev.where(F.col("error").isNotNull() | F.col("kind").isin("search", "click")),
-            config.name(job),
-        )
-        return out.unionByName(late)
 
     return fold
 

@@ -1,11 +1,13 @@
-"""What the jobs built on Spark's ``transformWithState`` share: folded output rows and a
-per-key revision counter (the position of every entry a key's processor writes)."""
+"""What the jobs built on Spark's ``transformWithState`` share: folded output rows, the rows
+of records beyond the allowed lateness and of records the decoder refused (each processor takes
+every record of its input, so a job's plan reads its topics once: a second branch off the
+source would read and decode them again), and a per-key revision counter (the position of
+every entry a key's processor writes)."""
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
-from projections.time import iso_ms
+from projections.time import LATE, iso_ms
 
 FOLDED_FIELDS = (
     "collection",
@@ -23,6 +25,68 @@ FOLDED_FIELDS = (
     "raw_key",
     "raw_value",
 )
+
+
+LATE_FIELDS = (
+    "kind",
+    "event_id",
+    "event_time",
+    "sent_time",
+    "received_time",
+    "corrected_time",
+    "delay_ms",
+    "topic",
+    "partition",
+    "offset",
+)
+"""The input columns a ``late`` entry keeps (with the job's name), as
+:func:`projections.time.late_and_rejected` does in Spark."""
+LATE_INPUT = (*LATE_FIELDS, "beyond", "error", "raw_key", "raw_value")
+"""The input columns a processor needs for :func:`late_values`."""
+
+
+def _plain(value: Any) -> Any:
+    """A pandas cell as JSON-ready Python (numpy numbers as ints, missing as None)."""
+    if value is None:
+        return None
+    try:
+        if value != value:  # NaN
+            return None
+    except (TypeError, ValueError):
+        return value
+    return value.item() if hasattr(value, "item") else value
+
+
+def late_values(frame: Any, job: str) -> list[dict[str, Any]]:
+    """The folded rows of a processor's input records that are beyond the allowed lateness (an
+    entry of the job's ``late`` collection, keyed ``<kind>:<event id>``, so a re-sent record
+    counts once) or that the decoder refused (a rejection: the job's dead letter). One row per
+    such record: they are few."""
+    out: list[dict[str, Any]] = []
+    picked = frame[frame["beyond"].fillna(False).astype(bool) | frame["error"].notna()]
+    for row in picked[list(LATE_INPUT)].itertuples(index=False):
+        values: dict[str, Any] = dict.fromkeys(FOLDED_FIELDS)
+        values.update(
+            topic=_plain(row.topic), partition=_plain(row.partition), offset=_plain(row.offset)
+        )
+        if _plain(row.error) is not None:
+            values.update(error=row.error, raw_key=row.raw_key, raw_value=row.raw_value)
+        else:
+            fields = {"job": job}
+            for name in LATE_FIELDS:
+                value = _plain(getattr(row, name))
+                if value is not None:  # as Spark's to_json: null fields left out
+                    fields[name] = value
+            values.update(
+                collection=LATE,
+                key=":".join(str(v) for v in (row.kind, row.event_id) if v is not None),
+                position=1,
+                deleted=False,
+                fields=json.dumps(fields, separators=(",", ":")),
+                fresh=False,
+            )
+        out.append(values)
+    return out
 
 
 def put_values(collection: str, key: str, position: int, fields: dict[str, Any]) -> dict[str, Any]:
@@ -44,26 +108,6 @@ def delete_values(collection: str, key: str, position: int) -> dict[str, Any]:
     values: dict[str, Any] = dict.fromkeys(FOLDED_FIELDS)
     values.update(collection=collection, key=key, position=position, deleted=True, fresh=False)
     return values
-
-
-def put_row(
-    collection: str, key: str, position: int, fields: dict[str, Any], ts: int | None = None
-) -> Any:
-    """A folded Put as a Spark ``Row`` (``ts``: an event-time column in ms, for a processor
-    whose output feeds another stateful operator)."""
-    from pyspark.sql import Row
-
-    values = put_values(collection, key, position, fields)
-    if ts is not None:
-        values["ts"] = datetime.fromtimestamp(ts / 1000, tz=UTC)
-    return Row(**values)
-
-
-def delete_row(collection: str, key: str, position: int) -> Any:
-    """A folded Delete as a Spark ``Row``."""
-    from pyspark.sql import Row
-
-    return Row(**delete_values(collection, key, position))
 
 
 class Revisions:

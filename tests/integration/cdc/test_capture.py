@@ -165,7 +165,7 @@ def test_status_and_connector_config_and_slot_cleanup(
     assert f"public\\.{table}" in config["table.include.list"]
     assert "offset.storage" not in config  # embedded-engine only
 
-    assert connector.terminate() == 0
+    assert connector.terminate() == 0, connector.output()
     db = PostgresConfig(stack.database_url)
     assert slot_info(db, f"tributary_{connector.name}") is not None
     assert drop_slot(db, f"tributary_{connector.name}") is True

@@ -71,7 +71,7 @@ def test_a_slot_past_its_wal_budget_warns_then_recovers_by_a_snapshot(
         cdc.start()
         cdc.wait_running()
         wait_until(lambda: len(changes_on(stack, topic)) >= 20, 60, "the snapshot")
-        assert cdc.terminate() == 0
+        assert cdc.terminate() == 0, cdc.output()
         db = PostgresConfig(stack.database_url)
         slot = f"tributary_{cdc.name}"
 

@@ -8,7 +8,9 @@
   commit, the store shows neither; the batch then applies exactly once;
 - the materializer runs in the same atomic unit and sees the unit's own writes;
 - a swap is atomic for readers; discarding a shadow leaves the live generation alone; a live
-  writer of a replaced generation stops.
+  writer of a replaced generation stops;
+- a batch given as the Arrow write table applies exactly as its Put/Delete objects do;
+- a new writer (a restarted job) guards from what the store holds.
 """
 
 import subprocess
@@ -16,14 +18,16 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from connectors.errors import LedgerGapError, StaleGenerationError
 from connectors.stores.base import CommitHooks, ViewStore
-from connectors.stores.model import Batch, Delete, Entry, Put, Rejected
+from connectors.stores.model import Batch, Delete, Entry, JsonObject, Put, Rejected, write_table
 from tests.integration.conftest import Endpoints
 from tests.integration.stores.backends import KINDS, StoreSpec, build
 
@@ -287,3 +291,172 @@ def test_rejected_writes_are_reported_before_the_commit(store: ViewStore) -> Non
     got: list[Rejected] = []
     assert writer.apply(Batch(0, offsets(1), [item("a", 1, "x", 1)]), on_rejected=got.extend)
     assert got == [] and state(store) == {"a": {"group": "x", "v": 1}}
+
+
+# -- the write table (the columnar path) -------------------------------------------------
+
+
+def _batches() -> list[Batch]:
+    """A run of batches over every rule: inserts, folded changes, fresh writes, deletes,
+    re-sent old writes, a key deleted and created again, fields inside a document's member,
+    and a record too large for Kafka."""
+    doc = JsonObject('{"op": "u", "after": {"group": "y", "v": 7}}', member="after")
+    return [
+        Batch(
+            0,
+            offsets(3),
+            [
+                item("a", 10, "x", 1, fresh=True),
+                item("b", 11, "x", 2),
+                item("c", 12, "y", 3, changes=(9, 12), fresh=True),
+            ],
+        ),
+        Batch(
+            1,
+            offsets(6),
+            [
+                item("a", 20, "y", 4, changes=(15, 20)),
+                Delete("items", "b", 21),
+                Put("items", "d", 22, doc, fresh=True),
+                Put("items", "big", 23, {"group": "z", "v": "x" * 1_100_000}),
+            ],
+        ),
+        Batch(
+            2,
+            offsets(9),
+            [
+                item("a", 15, "z", 9, changes=(15,)),
+                item("b", 11, "x", 2, fresh=True),
+                Delete("items", "c", 5),
+                Delete("items", "e", 30),
+            ],
+        ),
+        Batch(
+            3,
+            offsets(12),
+            [
+                item("b", 40, "z", 5, changes=(35, 40), fresh=True),
+                item("c", 41, "x", 1),
+                Delete("items", "d", 42),
+            ],
+        ),
+    ]
+
+
+def test_a_write_table_applies_exactly_as_its_objects(spec: StoreSpec) -> None:
+    """The same batches given as Put/Delete objects and as the Arrow write table leave the
+    same entries, counts, derived state, rejections and ledger."""
+    outcomes = []
+    for columnar in (False, True):
+        one = build(replace(spec, view=f"{spec.view}-{'t' if columnar else 'o'}"))
+        try:
+            writer = one.writer(one.live_generation(), live=True)
+            rejected: list[Rejected] = []
+            for batch in _batches():
+                if columnar:
+                    batch = replace(batch, writes=write_table(list(batch.writes)))
+                assert writer.apply(batch, on_rejected=rejected.extend)
+            writer.close()
+            entries = {e.key: (e.fields, e.position, e.applied) for e in one.scan("items")}
+            commit = one.committed(one.live_generation())
+            outcomes.append(
+                (
+                    entries,
+                    state(one, "groups"),
+                    sorted((r.write.key, type(r.write).__name__) for r in rejected),
+                    (commit.batch_id, commit.offsets, commit.batches),
+                )
+            )
+        finally:
+            one.close()
+    assert outcomes[0] == outcomes[1]
+    entries = outcomes[0][0]
+    assert entries["a"] == ({"group": "y", "v": 4}, 20, 3)
+    assert entries["b"] == ({"group": "z", "v": 5}, 40, 2)
+    assert entries["c"] == ({"group": "x", "v": 1}, 41, 3)
+    assert "d" not in entries and "e" not in entries
+
+
+def test_an_arrow_batch_with_only_the_required_columns_applies(store: ViewStore) -> None:
+    """A write table may leave out the optional columns (no changes, member, source)."""
+    writer = store.writer(store.live_generation(), live=True)
+    table = pa.table(
+        {
+            "collection": ["items", "items"],
+            "key": ["a", "b"],
+            "position": pa.array([5, 6], pa.int64()),
+            "fields": ['{"group": "x", "v": 1}', '{"group": "x", "v": 2}'],
+        }
+    )
+    assert writer.apply(Batch(0, offsets(2), table))
+    writer.close()
+    assert state(store) == {"a": {"group": "x", "v": 1}, "b": {"group": "x", "v": 2}}
+    assert counts(store) == {"a": 1, "b": 1}
+    assert state(store, "groups") == {"x": {"count": 2}}
+
+
+# -- a restarted writer ---------------------------------------------------------------------
+
+
+def test_a_new_writer_guards_from_what_the_store_holds(spec: StoreSpec, store: ViewStore) -> None:
+    """A writer of a restarted job (a new store object) guards, counts and materializes from
+    the store alone - for Kafka, from its state rebuilt out of the output topics, skipping the
+    records of a batch that failed before its commit."""
+    gen = store.live_generation()
+    writer = store.writer(gen, live=True)
+    writer.apply(
+        Batch(
+            0,
+            offsets(3),
+            [item("a", 10, "x", 1, fresh=True), item("b", 11, "x", 2), item("c", 12, "y", 1)],
+        )
+    )
+    writer.apply(Batch(1, offsets(4), [Delete("items", "b", 20)]))
+    writer.close()
+
+    def crash(_batch_id: int) -> None:
+        raise RuntimeError("crash just before the commit")
+
+    failing = store.writer(gen, live=True, hooks=CommitHooks(before_commit=crash))
+    with pytest.raises(RuntimeError):
+        failing.apply(Batch(2, offsets(6), [item("a", 30, "q", 9), item("d", 31, "q", 9)]))
+    failing.close()
+
+    second = build(spec)
+    try:
+        again = second.writer(gen, live=True)
+        assert again.apply(
+            Batch(
+                2,
+                offsets(6),
+                [
+                    item("a", 25, "y", 2, changes=(10, 25)),  # 10 was applied: only 25 counts
+                    item("b", 15, "x", 9, fresh=True),  # older than the delete: dropped
+                    item("c", 12, "z", 9),  # re-sent: dropped
+                    item("e", 26, "y", 1),
+                ],
+            )
+        )
+        again.close()
+    finally:
+        second.close()
+
+    third = build(spec)
+    try:
+        last = third.writer(gen, live=True)
+        assert last.apply(
+            Batch(
+                3, offsets(8), [item("a", 25, "q", 7), item("d", 3, "y", 1), item("e", 40, "x", 1)]
+            )
+        )
+        last.close()
+        assert {e.key: (e.fields, e.position, e.applied) for e in third.scan("items")} == {
+            "a": ({"group": "y", "v": 2}, 25, 2),
+            "c": ({"group": "y", "v": 1}, 12, 1),
+            "d": ({"group": "y", "v": 1}, 3, 1),
+            "e": ({"group": "x", "v": 1}, 40, 2),
+        }
+        assert state(third, "groups") == {"x": {"count": 1}, "y": {"count": 3}}
+        assert third.committed(gen).offsets == offsets(8)
+    finally:
+        third.close()

@@ -1,17 +1,17 @@
-"""The Kafka store's pure parts: key placement, ledger records, holes, folding, and the batch
-overlay (guard, materializer reads, what gets produced). No broker: the store object does no
+"""The Kafka store's pure parts: key placement, ledger records, holes, folding, and a batch's
+unit (guard, materializer reads, what gets produced). No broker: the store object does no
 I/O until a method that needs Kafka is called."""
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from connectors.errors import StoreError
 from connectors.kafka import KafkaConfig
-from connectors.stores.base import Collection
+from connectors.stores.base import Collection, CommitHooks
 from connectors.stores.kafka import (
     GenerationRecord,
-    Index,
     KafkaStore,
-    KafkaTxn,
     Slot,
     StoredRecord,
     fold,
@@ -24,7 +24,10 @@ from connectors.stores.kafka import (
     murmur2,
     partition_for,
 )
-from connectors.stores.model import Delete, Put, Rejected
+from connectors.stores.kafka_writer import Folded, KafkaUnit, KafkaWriter, WriterState
+from connectors.stores.model import Batch, Delete, JsonObject, Put, Rejected, write_table
+from connectors.stores.positions import ENTRY, GONE, NONE, TOMB
+from connectors.stores.writes import WriteColumns
 
 COLLECTIONS = (Collection("items", lookups=("group",)), Collection("groups"))
 
@@ -188,54 +191,79 @@ def test_the_later_record_of_a_key_wins() -> None:
 # -- the batch overlay ----------------------------------------------------------------------
 
 
-def loaded(slots: dict[tuple[str, str], Slot]) -> Index:
-    index = Index({c.name: c for c in COLLECTIONS})
-    for ident, slot in slots.items():
-        index.fold_in(ident, slot)
-    return index
+def loaded(slots: dict[tuple[str, str], Slot]) -> tuple[KafkaWriter, WriterState]:
+    """A writer whose state holds these committed slots (each at its own offset of partition
+    0; the entries' values in the writer's cache, so nothing is read from Kafka)."""
+    s = store()
+    writer = KafkaWriter(s, "g1", live=True, hooks=CommitHooks())
+    state = WriterState(s.collections)
+    for offset, ((collection, key), slot) in enumerate(slots.items()):
+        state_of = ENTRY if slot.value is not None else TOMB if slot.position is not None else GONE
+        state.fold(
+            collection,
+            Folded(
+                pa.array([key]),
+                np.array([NONE if slot.position is None else slot.position]),
+                np.array([slot.applied]),
+                np.array([state_of], dtype=np.int8),
+                np.array([0], dtype=np.int32),
+                np.array([offset]),
+                [slot.value],
+            ),
+        )
+        if slot.value is not None:
+            writer._cache.put((collection, key), (0, offset), slot.value)
+    return writer, state
+
+
+def unit_of(writer: KafkaWriter, state: WriterState) -> KafkaUnit:
+    unit = KafkaUnit(writer, Batch(0, {}))
+    unit._state = state
+    return unit
 
 
 def test_the_guard_drops_old_writes_and_counts_new_changes() -> None:
-    index = loaded(
-        {
-            ("items", "a"): Slot(b'{"group":"x"}', 10, 2),
-            ("items", "b"): Slot(None, 30),  # deleted at 30
-        }
-    )
-    txn = KafkaTxn(store(), index)
-    rejected: list[Rejected] = []
-    applied = txn.guard(
-        [
-            Put("items", "a", 14, {"group": "y"}, changes=(10, 12, 14)),
-            Put("items", "b", 12, {"group": "x"}, fresh=True),  # an old insert of a deleted key
-            Put("items", "c", 5, {"group": "x"}, fresh=True),
-            Delete("items", "d", 7),  # a key never seen: its position is kept
-        ],
-        rejected,
-    )
-    assert rejected == []
-    assert [(a.write.key, a.before) for a in applied] == [
-        ("a", {"group": "x"}),
-        ("c", None),
-        ("d", None),
+    slots = {
+        ("items", "a"): Slot(b'{"group":"x"}', 10, 2),
+        ("items", "b"): Slot(None, 30),  # deleted at 30
+    }
+    writes = [
+        Put("items", "a", 14, {"group": "y"}, changes=(10, 12, 14)),
+        Put("items", "b", 12, {"group": "x"}, fresh=True),  # an old insert of a deleted key
+        Put("items", "c", 5, {"group": "x"}, fresh=True),
+        Delete("items", "d", 7),  # a key never seen: its position is kept
     ]
-    assert dict(txn.changes()) == {
+    expected = {
         ("items", "a"): Slot(b'{"group":"y"}', 14, 4),
         ("items", "c"): Slot(b'{"group":"x"}', 5, 1),
         ("items", "d"): Slot(None, 7),
     }
+    for materialized in (True, False):  # the overlay's path and the columns' path
+        unit = unit_of(*loaded(slots))
+        rejected: list[Rejected] = []
+        applied = unit.write(WriteColumns.of(writes), rejected, materialized)
+        assert rejected == []
+        if materialized:
+            assert [(a.write.key, a.before) for a in applied] == [
+                ("a", {"group": "x"}),
+                ("c", None),
+                ("d", None),
+            ]
+        assert unit.records() == expected
 
 
 def test_materializer_reads_see_the_units_writes() -> None:
-    index = loaded(
+    writer, state = loaded(
         {
             ("items", "a"): Slot(b'{"group":"x"}', 1, 1),
             ("items", "b"): Slot(b'{"group":"x"}', 2, 1),
             ("groups", "x"): Slot(b'{"count":2}', 0, 0),
         }
     )
-    txn = KafkaTxn(store(), index)
-    txn.guard([Put("items", "a", 3, {"group": "y"}), Put("items", "c", 4, {"group": "x"})], [])
+    unit = unit_of(writer, state)
+    writes = [Put("items", "a", 3, {"group": "y"}), Put("items", "c", 4, {"group": "x"})]
+    unit.write(WriteColumns.of(writes), [], True)
+    txn = unit.txn()
     assert sorted(e.key for e in txn.find("items", "group", "x")) == ["b", "c"]
     assert [e.key for e in txn.find("items", "group", "y")] == ["a"]
     assert txn.find("items", "group", None) == []
@@ -250,21 +278,60 @@ def test_materializer_reads_see_the_units_writes() -> None:
     assert set(changes) == {("items", "a"), ("items", "c"), ("groups", "y")}
     txn.delete("groups", "x")
     assert dict(txn.changes())[("groups", "x")] == Slot(None, None)
-    # the committed state is untouched until the writer folds the changes in
-    assert index.keys_with("items", "group", "x") == {"a", "b"}
-    for ident, slot in txn.changes():
-        index.fold_in(ident, slot)
-    assert index.keys_with("items", "group", "x") == {"b", "c"}
-    assert ("groups", "x") not in index.entries and ("groups", "x") not in index.tombs
+    # the committed state is untouched until the writer folds the records in
+    assert state.keys_with("items", "group", "x") == {"a", "b"}
+    records = unit.records()
+    for collection in ("items", "groups"):
+        mine = {k: v for (c, k), v in records.items() if c == collection}
+        state.fold(
+            collection,
+            Folded(
+                pa.array(list(mine)),
+                np.array([NONE if v.position is None else v.position for v in mine.values()]),
+                np.array([v.applied for v in mine.values()]),
+                np.array(
+                    [
+                        ENTRY if v.value is not None else TOMB if v.position is not None else GONE
+                        for v in mine.values()
+                    ],
+                    dtype=np.int8,
+                ),
+                np.full(len(mine), -1, dtype=np.int32),
+                np.full(len(mine), -1),
+                [v.value for v in mine.values()],
+            ),
+        )
+    assert state.keys_with("items", "group", "x") == {"b", "c"}
+    assert state.slot_of("groups", "x")[0] == Slot(None, None)  # neither an entry nor a tomb
 
 
 def test_fields_kafka_cannot_hold_are_rejected_before_the_materializer() -> None:
-    txn = KafkaTxn(store(), loaded({}))
-    rejected: list[Rejected] = []
-    applied = txn.guard(
-        [Put("items", "big", 1, {"v": "x" * 1_000_000}), Put("items", "ok", 2, {"v": 1})],
-        rejected,
+    writes = [Put("items", "big", 1, {"v": "x" * 1_000_000}), Put("items", "ok", 2, {"v": 1})]
+    for materialized in (True, False):
+        unit = unit_of(*loaded({}))
+        rejected: list[Rejected] = []
+        applied = unit.write(WriteColumns.of(writes), rejected, materialized)
+        assert [r.write.key for r in rejected] == ["big"]
+        assert "exceeds" in rejected[0].reason
+        if materialized:
+            assert [a.write.key for a in applied] == ["ok"]
+        assert list(unit.records()) == [("items", "ok")]
+
+
+def test_fields_that_are_not_a_json_object_are_rejected() -> None:
+    writes = write_table(
+        [
+            Put("items", "list", 1, JsonObject("[1, 2]")),
+            Put("items", "bad", 2, JsonObject('{"v": ')),
+            Put("items", "member", 3, JsonObject('{"after": {"v": 1}}', "after")),
+            Put("items", "ok", 4, JsonObject('{"v": 2}')),
+        ]
     )
-    assert [r.write.key for r in rejected] == ["big"]
-    assert "exceeds" in rejected[0].reason
-    assert [a.write.key for a in applied] == ["ok"]
+    unit = unit_of(*loaded({}))
+    rejected: list[Rejected] = []
+    unit.write(WriteColumns(writes), rejected, False)
+    assert sorted(r.write.key for r in rejected) == ["bad", "list"]
+    assert unit.records() == {
+        ("items", "member"): Slot(b'{"v":1}', 3, 1),
+        ("items", "ok"): Slot(b'{"v": 2}', 4, 1),
+    }

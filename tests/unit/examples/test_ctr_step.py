@@ -100,3 +100,25 @@ def test_one_batch() -> None:
 def test_many_batches_end_as_one(size: int) -> None:
     batches = [WORKLOAD[i : i + size] for i in range(0, len(WORKLOAD), size)]
     assert run(batches) == run([WORKLOAD])
+
+
+def test_totals_per_query_add_up_the_changes_of_every_partition() -> None:
+    from examples.social.analytics.ctr import TOTALS_COLUMNS, totals_step
+
+    def deltas(rows: list[tuple[str, int, int, int, int]]) -> pd.DataFrame:
+        names = ["d_query", "d_searches", "d_clicked", "d_no_click", "d_open"]
+        return pd.DataFrame(rows, columns=names)
+
+    empty = pd.DataFrame({c: pd.Series(dtype="int64") for c in TOTALS_COLUMNS})
+    p0 = [("kafka", 1, 0, 0, 1), ("spark", 1, 0, 0, 1)]
+    p1 = [("kafka", 1, 0, 0, 1), ("kafka", 0, 1, 0, -1), ("spark", 0, 0, 1, -1)]
+    totals, changed = totals_step(empty, deltas(p0))
+    assert set(changed["query"]) == {"kafka", "spark"} and set(changed["revision"]) == {1}
+    totals, changed = totals_step(totals, deltas(p1))
+    got = {r.query: (r.searches, r.clicked, r.no_click, r.open) for r in totals.itertuples()}
+    assert got == {"kafka": (2, 1, 0, 1), "spark": (1, 0, 1, 0)}
+    assert dict(zip(changed["query"], changed["revision"], strict=True)) == {"kafka": 2, "spark": 2}
+    at_once, _ = totals_step(empty, deltas(p0 + p1))
+    assert {
+        r.query: (r.searches, r.clicked, r.no_click, r.open) for r in at_once.itertuples()
+    } == got

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from connectors.avro import SchemaCache, use_schemas
 from connectors.schema_registry.memory import MemoryRegistry
+from connectors.stores.model import write_table
 from examples.social.views.folds import fold_profile
 from projections.mirror import fold_changes
-from projections.view import writes_from_folded
+from projections.view import split_folded, writes_from_folded
 from spark_streaming.kafka_reader import ARROW_SCHEMA
 
 TOPIC = "cdc.public.t"
@@ -154,3 +155,38 @@ def test_the_social_fold_never_fails_on_any_bytes(rows: list[dict[str, Any]]) ->
     writes, dead = fold(fold_profile, rows)
     assert len({(w.collection, w.key) for w in writes}) == len(writes)
     assert all(d.reason for d in dead)
+
+
+def _rows(table: Any) -> list[dict[str, Any]]:
+    rows = table.to_pylist()
+    for row in rows:
+        row["changes"] = row["changes"] or None  # null or empty: just the position
+    return sorted(rows, key=lambda row: (row["collection"], row["key"]))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records(), st.lists(st.integers(0, 1), min_size=25, max_size=25))
+def test_the_columnar_write_table_is_the_objects_write_table(
+    rows: list[dict[str, Any]], partitions: list[int]
+) -> None:
+    """What the view job hands its stores (split_folded) is what the objects' path gives, keys
+    folded in two partitions (a re-partitioned topic) merged by position as well."""
+    for row, partition in zip(rows, partitions, strict=False):
+        row["partition"] = partition
+    folded = [
+        pa.Table.from_batches(out)
+        for part in (0, 1)
+        if (chosen := [row for row in rows if row["partition"] == part])
+        and (
+            out := list(
+                fold_changes(pa.Table.from_pylist(chosen, schema=ARROW_SCHEMA).to_batches())
+            )
+        )
+    ]
+    if not folded:
+        return
+    table = pa.concat_tables(folded)
+    objects, dead = writes_from_folded(table)
+    columns, dead_columns = split_folded(table)
+    assert _rows(columns) == _rows(write_table(objects).select(columns.column_names))
+    assert dead_columns == dead

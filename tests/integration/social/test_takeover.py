@@ -1,0 +1,246 @@
+"""Take-over after ``kill -9`` under load: `tributary run cdc commands views` (the supervisor,
+with its warm views standby), commands through the ``commands`` topic and users by SQL the
+whole time; the command processor is killed, then the views process that holds the views'
+leases. The replacements answer commands and bring every view current within seconds, and at
+the end every view equals the source of truth and every command has exactly one result.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from connectors.kafka import KafkaConfig
+from event_store.command_topic import CommandClient
+from examples.social.views.reference import expected_profiles, expected_search, expected_timelines
+from infra.command_results import Results
+from infra.commands import command_topics, load_registry
+from infra.polling import Deadline, poll_until
+from infra.views import views_config
+from spark_streaming.views import configured_views
+from tests.integration.social.test_social_pipeline import Workload, World, source_of_truth
+
+ROOT = Path(__file__).resolve().parents[3]
+TEST_TIMEOUT_S = 480
+#: The aims (issue 20): commands answered again within 5 s, every view current within 15 s.
+#: The test allows twice that, so a loaded machine does not fail it; it prints what it measured.
+COMMANDS_TAKEOVER_S, VIEWS_TAKEOVER_S = 10.0, 30.0
+
+
+class Run:
+    """`tributary run cdc commands views` in its own process group."""
+
+    def __init__(self, world: World, extra: dict[str, str]) -> None:
+        self.log = world.settings.home / "run.out"
+        self.env = {
+            **os.environ,
+            **{f"TRIBUTARY_{k}": v for k, v in world.env.items()},
+            **extra,
+            "COLUMNS": "200",
+        }
+        world.settings.home.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "infra.cli", "run", "cdc", "commands", "views"],
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def pids(self, part: str) -> list[int]:
+        """Every pid the supervisor announced for a part, oldest first."""
+        return [
+            int(p) for p in re.findall(rf"{re.escape(part)}: started \(pid (\d+)\)", self.output())
+        ]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(30)
+
+
+def lease_holder(dsn: str, lease: str) -> int | None:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT pid FROM tributary.leases WHERE name = %s", (lease,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+@pytest.mark.timeout(TEST_TIMEOUT_S)
+def test_commands_and_views_take_over_within_seconds_of_a_kill_9(world: World, unique: str) -> None:
+    budget = Deadline(TEST_TIMEOUT_S - 40)
+    settings = world.settings.model_copy(
+        update={
+            "commands_topic": f"commands_{unique}",
+            "command_results_topic": f"command-results_{unique}",
+            "command_processor_name": f"cp{unique}",
+            "verify_interval_s": 0.0,
+            "view_trigger_interval_s": 0.25,
+        }
+    )
+    extra = {
+        "TRIBUTARY_COMMANDS_TOPIC": settings.commands_topic,
+        "TRIBUTARY_COMMAND_RESULTS_TOPIC": settings.command_results_topic,
+        "TRIBUTARY_COMMAND_PROCESSOR_NAME": settings.command_processor_name,
+        "TRIBUTARY_CDC_TABLES": "public.users,event_store.events",
+        "TRIBUTARY_VERIFY_INTERVAL_S": "0",
+        "TRIBUTARY_VIEW_TRIGGER_INTERVAL_S": "0.25",
+    }
+    views = {v.name: v for v in configured_views(views_config(settings)).values()}
+    run = Run(world, extra)
+    kafka: KafkaConfig = settings.kafka("takeover-test")
+    topics = command_topics(settings)
+    registry, _ = load_registry(settings.command_handlers)
+    client = CommandClient(kafka, topics, registry)
+    results = Results(settings, "takeover-results", fetch_wait_ms=10)
+    workload = Workload(settings)  # users by SQL (its command bus is not used)
+    sent: set[str] = set()
+    stop, errors = threading.Event(), []
+
+    def send(command: str, data: dict[str, Any]) -> str:
+        command_id = client.send(command, data)
+        sent.add(command_id)
+        return command_id
+
+    def load() -> None:
+        try:
+            post = 1
+            while not stop.is_set():
+                roll = workload.rng.random()
+                ids = sorted(workload.users)
+                if len(ids) < 8 or roll < 0.1:
+                    user = workload.rng.randrange(1, 30)
+                    workload.user(user, f"User {user}")
+                elif roll < 0.6:
+                    author = workload.rng.choice(ids)
+                    send("CreatePost", {"post_id": post, "author_id": author, "text": f"p{post}"})
+                    post += 1
+                else:
+                    a, b = workload.rng.sample(ids, 2)
+                    send("FollowUser", {"follower_id": a, "followee_id": b})
+                time.sleep(0.05)  # about 20 operations a second
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    def probe(label: str, since: float) -> tuple[float, float]:
+        """Send a post by the probe author now; seconds from ``since`` until it is answered and
+        until it is in the search index and the probe follower's timeline."""
+        post_id = 10**6 + len(sent)
+        command_id = send("CreatePost", {"post_id": post_id, "author_id": 9001, "text": label})
+        answer = results.wait(command_id, budget.left(120))
+        assert answer is not None and answer["status"] == "accepted", answer
+        answered = time.monotonic() - since
+
+        def visible() -> bool:
+            assert run.alive(), run.output()[-3000:]
+            if views["search"].store.get("posts", str(post_id)) is None:
+                return False
+            with psycopg.connect(world.dsn) as conn:
+                row = conn.execute(
+                    "SELECT 1 FROM views.timeline WHERE user_id = 9002 AND post_id = %s",
+                    (post_id,),
+                ).fetchone()
+            return row is not None
+
+        poll_until(visible, budget.left(120), f"the {label} probe in the views", 0.05)
+        return answered, time.monotonic() - since
+
+    writer = threading.Thread(target=load)
+    try:
+        results.start()
+        for user, name in ((9001, "Author"), (9002, "Follower")):
+            workload.user(user, name)
+        writer.start()
+        poll_until(
+            lambda: "standing by" in run.output() or not run.alive(),
+            budget.left(240),
+            "the views standby",
+            0.5,
+        )
+        assert run.alive(), run.output()[-3000:]
+        send("FollowUser", {"follower_id": 9002, "followee_id": 9001})
+        probe("warm-up", time.monotonic())
+
+        # 1. The command processor dies mid-load: its restart answers again.
+        processor = run.pids("commands")[-1]
+        killed = time.monotonic()
+        os.kill(processor, signal.SIGKILL)
+        commands_s, _ = probe("after-commands", killed)
+        # 2. The views process holding the views' leases dies: the warm standby takes over.
+        holder = lease_holder(world.dsn, "view:timeline")
+        assert holder in run.pids("views") + run.pids("views-standby"), run.output()[-3000:]
+        killed = time.monotonic()
+        os.kill(holder, signal.SIGKILL)
+        _, views_s = probe("after-views", killed)
+        taken = lease_holder(world.dsn, "view:timeline")
+        assert taken is not None and taken != holder
+        print(
+            f"take-over after kill -9: commands answered again in {commands_s:.1f}s,"
+            f" every view current in {views_s:.1f}s"
+        )
+        assert commands_s < COMMANDS_TAKEOVER_S, run.output()[-3000:]
+        assert views_s < VIEWS_TAKEOVER_S, run.output()[-3000:]
+
+        stop.set()
+        writer.join(60)
+        assert not errors, errors
+        # 3. Nothing lost, nothing applied twice: one result per command, views = the truth.
+        poll_until(
+            lambda: sent <= set(results.snapshot()),
+            budget.left(120),
+            "a result for every command",
+            0.5,
+        )
+        answers = results.snapshot()
+        twice = {c: a for c, a in answers.items() if c in sent and len(a) != 1}
+        assert not twice, f"commands answered more than once: {list(twice)[:5]}"
+
+        def converged() -> bool:
+            assert run.alive(), run.output()[-3000:]
+            truth = source_of_truth(world.dsn)
+            profiles = {int(e.key): dict(e.fields) for e in views["profile"].store.scan("profiles")}
+            keep = ("text", "hashtags", "author_handle", "author_name")
+            docs = {
+                int(e.key): {k: e.fields.get(k) for k in keep}
+                for e in views["search"].store.scan("posts")
+            }
+            with psycopg.connect(world.dsn) as conn:
+                rows = conn.execute(
+                    "SELECT user_id, post_id FROM views.timeline"
+                    " ORDER BY user_id, created_at DESC, post_id DESC"
+                ).fetchall()
+            timelines: dict[int, list[int]] = {}
+            for user_id, post_id in rows:
+                timelines.setdefault(int(user_id), []).append(int(post_id))
+            return (
+                profiles == expected_profiles(truth)
+                and docs == expected_search(truth)
+                and timelines == expected_timelines(truth)
+            )
+
+        poll_until(converged, budget.left(240), "the views to equal the source of truth", 1)
+    finally:
+        stop.set()
+        if writer.is_alive():
+            writer.join(60)
+        results.halt.set()
+        run.stop()
