@@ -234,7 +234,9 @@ def test_the_dashboard_is_live_and_shows_what_views_json_reports(
     view = window.view
     with Browser.launch(tmp_path) as browser:
         page = browser.open(f"{window.base}/ui")
-        page.wait_for(f"document.querySelector('#views tr[data-view=\"{view}\"]')", timeout=60)
+        page.wait_for(
+            f"document.querySelector('#views tr[data-view=\"{view}\"]') !== null", timeout=60
+        )
         applied_now = f"Number({SHOWN}['{view}'].applied.replace(/,/g, ''))"
         first = page.wait_for(f"{applied_now} > 0 && {applied_now}")
         updates = int(page.evaluate("document.body.dataset.updates"))
