@@ -4,8 +4,8 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 APT_PACKAGES = postgresql-15 postgresql-contrib redis-server openjdk-17-jre-headless
 PYTEST_ARGS ?=
-# The suite runs in two processes (pytest-xdist), each with its own local stack; every test on
-# the session's SparkSession runs in one of them (the "spark" group, tests/integration/conftest.py).
+# The suite runs in two processes (pytest-xdist), each with its own local stack; every test that
+# starts Spark runs in one of them (the "spark" group, tests/integration/conftest.py).
 TEST_WORKERS ?= 2
 
 .PHONY: setup system-packages test unit integration lint demo bench chaos clean

@@ -19,14 +19,14 @@ import psycopg
 import pytest
 
 from connectors.kafka import KafkaConfig
-from event_store.command_topic import CommandClient
+from event_store.command_topic import CommandClient, ensure_topics
 from examples.social.views.reference import expected_profiles, expected_search, expected_timelines
 from infra.command_results import Results
 from infra.commands import command_topics, load_registry
 from infra.polling import Deadline, poll_until
 from infra.views import views_config
 from spark_streaming.views import configured_views
-from tests.integration.social.test_social_pipeline import Workload, World, source_of_truth
+from tests.integration.social.world import Workload, World, source_of_truth
 
 ROOT = Path(__file__).resolve().parents[3]
 TEST_TIMEOUT_S = 480
@@ -165,6 +165,7 @@ def test_commands_and_views_take_over_within_seconds_of_a_kill_9(world: World, u
         return answered, time.monotonic() - since
 
     writer = threading.Thread(target=load)
+    ensure_topics(kafka, topics)  # provisioned, as an operator does before clients send
     try:
         results.start()
         for user, name in ((9001, "Author"), (9002, "Follower")):
