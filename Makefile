@@ -5,7 +5,7 @@ BIN     = $(VENV)/bin
 APT_PACKAGES = postgresql-15 postgresql-contrib redis-server openjdk-17-jre-headless
 PYTEST_ARGS ?=
 # The suite runs in two processes (pytest-xdist), each with its own local stack; every test that
-# starts Spark runs in one of them (the "spark" group, tests/integration/conftest.py).
+# starts Spark runs in one of them, one after another (tests/scheduling.py).
 TEST_WORKERS ?= 2
 
 .PHONY: setup system-packages test unit integration lint demo bench chaos clean
@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 test: setup
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist load $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

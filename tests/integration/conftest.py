@@ -53,30 +53,11 @@ class Endpoints:
         return self.settings.cache_url
 
 
-# Tests that start Spark, in this process or in a child (`tributary run views`, the demo, a
-# driver of their own), beside those on the session's SparkSession.
-SPARK_STARTING = (
-    "/integration/analytics/",
-    "/integration/pipeline/",
-    "/integration/social/",
-    "/integration/spark_streaming/",
-    "/integration/test_demo.py",
-    "/integration/test_run_supervisor.py",
-)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Which worker of `make test` runs what: tests/scheduling.py.
     for item in items:
-        path = str(item.fspath)
-        if "/integration/" not in path:
-            continue
-        item.add_marker(pytest.mark.integration)
-        if "spark" in getattr(item, "fixturenames", ()) or any(p in path for p in SPARK_STARTING):
-            # With pytest-xdist (`make test`), every test that starts Spark runs in one worker,
-            # one after another, while the other worker runs the rest. Two Spark drivers at once
-            # on two cores made Spark's Python processes miss their hard-coded 10 s to connect
-            # back ("Python worker failed to connect back"), and views stopped with it.
-            item.add_marker(pytest.mark.xdist_group("spark"))
+        if "/integration/" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")
