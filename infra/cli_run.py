@@ -56,7 +56,7 @@ def _run_foreground(component: str, s: Settings) -> None:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        run_views(s, stop)
+        run_views(s, stop, standby=component == STANDBY)
 
 
 def run_component(component: str, s: Settings) -> None:
@@ -88,7 +88,8 @@ def run(
     """Run the long-running parts until SIGTERM/Ctrl-C. One component runs in the foreground;
     several run each in its own process, restarted with backoff if it dies."""
     chosen = list(dict.fromkeys(components or COMPONENTS))
-    unknown = [c for c in chosen if c not in COMPONENTS]
+    # views-standby: a second views process that only takes over (never in the default set).
+    unknown = [c for c in chosen if c not in (*COMPONENTS, STANDBY)]
     if unknown:
         fail(f"unknown component(s) {', '.join(unknown)}: choose from {', '.join(COMPONENTS)}")
     s = settings()
@@ -109,7 +110,7 @@ def run(
         parts.append(STANDBY)  # a warm second views process takes over at once
     supervisor = Supervisor(
         parts,
-        lambda name: [sys.executable, "-m", "infra.cli", "run", name.removesuffix("-standby")],
+        lambda name: [sys.executable, "-m", "infra.cli", "run", name],
         (s.home / "logs").resolve(),
         announce=lambda line: console.print(f"run: {line}"),
     )

@@ -39,9 +39,12 @@ def _spark(s: Settings, config: ViewsConfig) -> Any:
     )
 
 
-def run_views(s: Settings, stop: threading.Event, names: list[str] | None = None) -> None:
+def run_views(
+    s: Settings, stop: threading.Event, names: list[str] | None = None, *, standby: bool = False
+) -> None:
     """Run the configured views (or ``names``) until ``stop`` is set; a view whose query fails
-    is restarted with backoff. Raises TributaryError when there is nothing to run."""
+    is restarted with backoff. Raises TributaryError when there is nothing to run. ``standby``:
+    take each view only once another process has held it (`tributary run views-standby`)."""
     config = views_config(s)
     specs = (
         [find_view(config, n) for n in names] if names else list(configured_views(config).values())
@@ -61,6 +64,7 @@ def run_views(s: Settings, stop: threading.Event, names: list[str] | None = None
             log=lambda line: console.log(escape(redact(line))),
             replay_options=config.job_options(replay=True),
             lease_for=lambda name: Lease(s.postgres().dsn, name),
+            standby=standby,
         ).run(stop)
     finally:
         spark.stop()
