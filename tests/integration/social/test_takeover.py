@@ -104,6 +104,7 @@ def test_commands_and_views_take_over_within_seconds_of_a_kill_9(world: World, u
         "TRIBUTARY_CDC_TABLES": "public.users,event_store.events",
         "TRIBUTARY_VERIFY_INTERVAL_S": "0",
         "TRIBUTARY_VIEW_TRIGGER_INTERVAL_S": "0.25",
+        "TRIBUTARY_VIEWS_STANDBY": "true",  # the warm second views process under test
     }
     views = {v.name: v for v in configured_views(views_config(settings)).values()}
     run = Run(world, extra)
