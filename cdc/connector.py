@@ -148,6 +148,11 @@ class CdcConnector:
         engine = DebeziumJsonEngine(
             properties=properties, handler=handler, jvm_opts=self._jvm_opts()
         )
+        engine.consumer  # noqa: B018 (starts the JVM, which the gated consumer's module needs)
+        from cdc.gated_consumer import GatedChangeConsumer
+
+        consumer = GatedChangeConsumer()
+        engine.__dict__["consumer"] = consumer  # pydbzengine's consumer is a cached_property
         self.status_file.write(self.status)
 
         def work() -> None:
@@ -163,6 +168,7 @@ class CdcConnector:
         if worker.is_alive():
             self.status.state = "stopping"
             self.status_file.write(self.status)
+            consumer.close_gate()  # the batch in hand published and marked, no other begun
             engine.close()
             worker.join(timeout=60)
         publisher.close()

@@ -111,6 +111,20 @@ class Lease:
             return "another process"
         return f"pid {row[0]} on {row[1]} ({row[2]}) since {row[3]:%Y-%m-%d %H:%M:%S}"
 
+    def held_elsewhere(self) -> bool:
+        """Whether another session holds the lease now (asked without trying to take it)."""
+        conn = self._waiting
+        if conn is None or conn.closed:
+            conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        self._waiting = conn
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks k WHERE k.locktype = 'advisory' AND k.granted"
+            f" AND ((k.classid::bigint << 32) | k.objid::bigint) = {KEY}"
+            " AND k.pid <> pg_backend_pid())",
+            (self.name,),
+        ).fetchone()
+        return bool(row and row[0])
+
     def acquire(self, on_lost: Callable[[str], None] | None = None) -> "Lease":
         """Take the lease, and keep it: a keeper re-takes it after a database restart, and
         calls ``on_lost`` (with the reason) if another process took it meanwhile."""

@@ -73,7 +73,7 @@ def _run_foreground(component: str, s: "Settings", metrics_port: int | None) -> 
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        run_views(s, stop, metrics_port=metrics_port)
+        run_views(s, stop, metrics_port=metrics_port, standby=component == STANDBY)
 
 
 def run_component(component: str, s: "Settings", metrics_port: int | None = None) -> None:
@@ -116,7 +116,8 @@ def run(
     several run each in its own process, restarted with backoff if it dies. Each serves its
     Prometheus metrics on its own port (`tributary status` lists them)."""
     chosen = list(dict.fromkeys(components or COMPONENTS))
-    unknown = [c for c in chosen if c not in COMPONENTS]
+    # views-standby: a second views process that only takes over (never in the default set).
+    unknown = [c for c in chosen if c not in (*COMPONENTS, STANDBY)]
     if unknown:
         fail(f"unknown component(s) {', '.join(unknown)}: choose from {', '.join(COMPONENTS)}")
     s = settings()
@@ -139,7 +140,7 @@ def run(
         parts.append(STANDBY)  # a warm second views process takes over at once
 
     def argv(name: str) -> list[str]:
-        command = [sys.executable, "-m", "infra.cli", "run", name.removesuffix("-standby")]
+        command = [sys.executable, "-m", "infra.cli", "run", name]
         if name != "api":
             command += ["--metrics-port", str(s.metrics_port(name))]
         return command

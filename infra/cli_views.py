@@ -40,10 +40,13 @@ def run_views(
     stop: threading.Event,
     names: list[str] | None = None,
     metrics_port: int | None = None,
+    *,
+    standby: bool = False,
 ) -> None:
     """Run the configured views (or ``names``) until ``stop`` is set; a view whose query fails
     is restarted with backoff; the batches' metrics are served on ``metrics_port`` (default:
-    the setting). Raises TributaryError when there is nothing to run."""
+    the setting). Raises TributaryError when there is nothing to run. ``standby``: take each
+    view only once another process has held it (`tributary run views-standby`)."""
     from connectors.leases import Lease
     from infra.telemetry.batches import ViewBatchMetrics
     from infra.telemetry.endpoint import part_registry, serve_part_metrics
@@ -62,9 +65,10 @@ def run_views(
         )
     metrics = part_registry()
     batches = ViewBatchMetrics(metrics)
-    endpoint = serve_part_metrics(s, "views", metrics, metrics_port)
+    part = "views-standby" if standby else "views"
+    endpoint = serve_part_metrics(s, part, metrics, metrics_port)
     if endpoint is not None:
-        console.log(f"views: metrics at {endpoint.url}")
+        console.log(f"{part}: metrics at {endpoint.url}")
     spark = _spark(s, config)
     try:
         ViewRunner(
@@ -76,6 +80,7 @@ def run_views(
             replay_options=config.job_options(replay=True),
             lease_for=lambda name: Lease(s.postgres().dsn, name),
             on_batch=batches.observe,
+            standby=standby,
         ).run(stop)
     finally:
         spark.stop()

@@ -453,9 +453,10 @@ class Settings(BaseSettings):
     )
     view_trigger_interval_s: float = Field(1.0, description="Micro-batch interval of views.")
     views_standby: bool = Field(
-        True,
-        description="`tributary run` starts a second views process that waits, its Spark session"
-        " warm, and takes over each view the moment the first one dies (its lease is freed).",
+        False,
+        description="`tributary run` also starts a second views process that waits, its Spark"
+        " session warm, and takes over each view the moment the first one dies (its lease is"
+        " freed). Off by default, as Kafka Streams' standby replicas: it costs a second driver.",
     )
     views: str = Field(
         "examples.social.views:social_views",

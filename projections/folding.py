@@ -21,19 +21,11 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 import pyarrow.json as pj  # type: ignore[import-untyped]
 
+from connectors.stores.model import WRITE_SCHEMA
+
 FOLDED_SCHEMA = pa.schema(
     [
-        ("collection", pa.string()),
-        ("key", pa.string()),
-        ("position", pa.int64()),
-        ("deleted", pa.bool_()),
-        ("fields", pa.string()),
-        ("member", pa.string()),
-        ("changes", pa.list_(pa.int64())),
-        ("fresh", pa.bool_()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
+        *WRITE_SCHEMA,  # what the stores' write table holds, then why a record was refused
         ("error", pa.string()),
         ("raw_key", pa.binary()),
         ("raw_value", pa.binary()),

@@ -16,7 +16,15 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from connectors.stores.base import ViewStore
-from connectors.stores.model import Delete, JsonObject, Put, SourceRef, Write
+from connectors.stores.model import (
+    WRITE_SCHEMA,
+    Delete,
+    JsonObject,
+    Put,
+    SourceRef,
+    Write,
+    write_table,
+)
 from projections.folding import FOLDED_DDL
 
 Transform = Callable[[Any], Any]  # DataFrame of Kafka records -> DataFrame of folded rows
@@ -168,19 +176,7 @@ class DeadLetter:
     stage: str  # "decode" (the fold refused it) or "write" (the store refused it)
 
 
-WRITE_COLUMNS = (
-    "collection",
-    "key",
-    "position",
-    "deleted",
-    "fields",
-    "member",
-    "changes",
-    "fresh",
-    "topic",
-    "partition",
-    "offset",
-)
+WRITE_COLUMNS = tuple(WRITE_SCHEMA.names)
 """The folded columns a store's write table holds (the folded schema without the rejection's)."""
 
 
@@ -222,8 +218,6 @@ def split_folded(table: pa.Table) -> tuple[pa.Table, list[DeadLetter]]:
         ),
     )
     merged, _ = writes_from_folded(writes.filter(repeated))
-    from connectors.stores.model import write_table
-
     return pa.concat_tables(
         [writes.filter(pc.invert(repeated)), write_table(merged).select(list(WRITE_COLUMNS))]
     ), dead

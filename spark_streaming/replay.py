@@ -7,6 +7,8 @@ atomically. If the rebuild fails, the shadow is dropped and the live view is lef
 A live job still on the old generation stops at its next batch and restarts on the new one.
 """
 
+import logging
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -18,6 +20,14 @@ from connectors.stores.base import CommitHooks, new_generation
 from projections.view import View
 from spark_streaming.errors import ReplayError
 from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
+
+log = logging.getLogger(__name__)
+
+# Spark gives each Python process it starts on the driver (a streaming data source's runner, a
+# transformWithState planner) 10 s to connect back, hard-coded; when many queries start at once
+# on a loaded machine, one misses it. Nothing was applied then: the rebuild starts again.
+WORKER_START_FAILED = re.compile(r"Python worker failed to connect back|CANNOT_OPEN_SOCKET")
+REBUILD_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -51,7 +61,33 @@ def replay(
     hooks: CommitHooks | None = None,
 ) -> ReplayResult:
     """Rebuild ``spec`` from offset zero and swap it in; raises :class:`ReplayError` on failure
-    (the live view is then untouched). ``hooks`` reach the shadow sink (fault injection)."""
+    (the live view is then untouched). ``hooks`` reach the shadow sink (fault injection).
+
+    A rebuild whose query could not start Spark's Python process in time
+    (:data:`WORKER_START_FAILED`) is dropped and started again, up to
+    :data:`REBUILD_ATTEMPTS` times in all."""
+    for attempt in range(1, REBUILD_ATTEMPTS + 1):
+        try:
+            return _replay_once(spark, spec, kafka, options, on_batch=on_batch, hooks=hooks)
+        except ReplayError as exc:
+            if attempt == REBUILD_ATTEMPTS or not WORKER_START_FAILED.search(str(exc)):
+                raise
+            log.warning(
+                "rebuild of %s: %s; starting it again (attempt %d)", spec.name, exc, attempt + 1
+            )
+            time.sleep(attempt)
+    raise AssertionError("unreachable")
+
+
+def _replay_once(
+    spark: Any,
+    spec: View,
+    kafka: KafkaConfig,
+    options: JobOptions,
+    *,
+    on_batch: Callable[[BatchReport], None] | None,
+    hooks: CommitHooks | None,
+) -> ReplayResult:
     generation = new_generation()
     for store in spec.stores:
         store.prepare(generation)

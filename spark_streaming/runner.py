@@ -45,6 +45,7 @@ class ViewRunner:
         lease_for: Callable[[str], Any] | None = None,
         standby_poll_s: float = 0.25,
         on_batch: Callable[[BatchReport], None] | None = None,
+        standby: bool = False,
     ) -> None:
         self.spark = spark
         self.kafka = kafka
@@ -57,6 +58,9 @@ class ViewRunner:
         self.standby_poll_s = standby_poll_s
         # Hears of every micro-batch of every view (e.g. the process's metrics).
         self.on_batch = on_batch
+        # A standby process (`tributary run views-standby`) takes a view's lease only after
+        # another process held it: started beside the primary, it never wins the race to it.
+        self.standby = standby
         self._leases: dict[str, Any] = {}
         self._waiting: dict[str, Any] = {}  # leases another process holds, tried again
         self.views = [
@@ -75,6 +79,14 @@ class ViewRunner:
                 view.restart_at = time.monotonic() + self.standby_poll_s
                 return False
             self._leases[name] = self._waiting.pop(name)
+        elif self.standby:
+            lease = self._waiting.get(name) or self.lease_for(f"view:{name}")
+            self._waiting[name] = lease
+            view.restart_at = time.monotonic() + self.standby_poll_s
+            if lease.held_elsewhere():
+                self.log(f"view {name}: standing by ({lease.holder()})")
+                view.standby = True
+            return False
         else:
             lease = self.lease_for(f"view:{name}")
             try:

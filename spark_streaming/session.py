@@ -70,6 +70,7 @@ def spark_session(
             warming.wait(60)
         except subprocess.TimeoutExpired:
             warming.kill()
+            warming.wait()
     session.sparkContext.setLogLevel("ERROR")
     return session
 

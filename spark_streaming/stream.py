@@ -1,6 +1,7 @@
 """Opening a Kafka stream: Spark's own connector when its jar is present, else ours."""
 
 import json
+import weakref
 from typing import Any
 
 from projections.view import PartitionFold
@@ -8,14 +9,31 @@ from spark_streaming.kafka_source import SOURCE_NAME, KafkaDataSource
 
 _SPARK_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
+# Asked once per driver and registered once per session: a missing class costs a Java
+# exception converted to Python, a registration pickles the source to the JVM (together
+# about 1 s per view started, a quarter of a views process's start after its JVM).
+_connector: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+_registered: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
 
 def has_spark_kafka_connector(spark: Any) -> bool:
     """Whether ``spark-sql-kafka`` is on the driver's classpath."""
-    try:
-        spark.sparkContext._jvm.java.lang.Class.forName(_SPARK_KAFKA_PROVIDER)
-    except Exception:
-        return False
-    return True
+    context = spark.sparkContext
+    known = _connector.get(context)
+    if known is None:
+        try:
+            context._jvm.java.lang.Class.forName(_SPARK_KAFKA_PROVIDER)
+            known = True
+        except Exception:
+            known = False
+        _connector[context] = known
+    return known
+
+
+def _register_source(spark: Any) -> None:
+    if spark not in _registered:
+        spark.dataSource.register(KafkaDataSource)
+        _registered.add(spark)
 
 
 def kafka_stream(spark: Any, options: dict[str, str], *, prefer_spark: bool = True) -> Any:
@@ -23,7 +41,7 @@ def kafka_stream(spark: Any, options: dict[str, str], *, prefer_spark: bool = Tr
     timestampType, headers) with Spark's Kafka option names."""
     if prefer_spark and has_spark_kafka_connector(spark):
         return spark.readStream.format("kafka").options(includeHeaders="true", **options).load()
-    spark.dataSource.register(KafkaDataSource)
+    _register_source(spark)
     return spark.readStream.format(SOURCE_NAME).options(**options).load()
 
 

@@ -60,6 +60,10 @@ def _raise(message: str, exc: Exception) -> KafkaError:
     return KafkaError(f"{message}: {text() if callable(text) else exc}", error_code(exc))
 
 
+KAFKA_TOPIC_DEFAULTS = {"cleanup.policy": "delete"}
+"""Kafka's own defaults of the topic settings Tributary checks."""
+
+
 class TopicAdmin:
     """Creates, checks, describes and lists topics."""
 
@@ -130,7 +134,9 @@ class TopicAdmin:
         problems = []
         if partitions != spec.partitions:
             problems.append(f"partitions is {partitions}, expected {spec.partitions}")
-        actual = self.configs(spec.name)
+        # A setting the broker does not report is the broker's default (a topic created by a
+        # producer's first send on a broker that auto-creates topics).
+        actual = {**KAFKA_TOPIC_DEFAULTS, **self.configs(spec.name)}
         for key, wanted in spec.topic_configs().items():
             if actual.get(key) != wanted:
                 problems.append(f"{key} is {actual.get(key)!r}, expected {wanted!r}")

@@ -425,12 +425,8 @@ class KafkaWriter(BatchWriter):
     def __init__(
         self, store: KafkaStore, generation: str, *, live: bool, hooks: CommitHooks
     ) -> None:
+        super().__init__(store.view, store.materializer, generation, live=live, hooks=hooks)
         self.store = store
-        self.view = store.view
-        self.materializer = store.materializer
-        self.generation = generation
-        self.live = live
-        self.hooks = hooks
         self.shadow = None if live else generation
         self.topics = store.generation_topics(self.shadow)
         self._state: WriterState | None = None

@@ -352,12 +352,8 @@ class PostgresWriter(BatchWriter):
     def __init__(
         self, store: PostgresStore, generation: str, *, live: bool, hooks: CommitHooks
     ) -> None:
+        super().__init__(store.view, store.materializer, generation, live=live, hooks=hooks)
         self.store = store
-        self.view = store.view
-        self.materializer = store.materializer
-        self.generation = generation
-        self.live = live
-        self.hooks = hooks
         self._conn: psycopg.Connection[Any] | None = None
         self._ready: set[str] = set()  # tables known to exist with their columns this session
         self._layouts: dict[str, TypedTable] = {}

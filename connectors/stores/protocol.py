@@ -67,11 +67,20 @@ class BatchWriter(ABC):
     """A store writer of one generation: the protocol of :meth:`apply` around the store's
     :meth:`unit`."""
 
-    view: str
-    generation: str
-    live: bool
-    hooks: CommitHooks
-    materializer: Materializer | None
+    def __init__(
+        self,
+        view: str,
+        materializer: Materializer | None,
+        generation: str,
+        *,
+        live: bool,
+        hooks: CommitHooks,
+    ) -> None:
+        self.view = view
+        self.materializer = materializer
+        self.generation = generation
+        self.live = live
+        self.hooks = hooks
 
     @abstractmethod
     def unit(self, batch: Batch) -> AbstractContextManager[BatchUnit]:

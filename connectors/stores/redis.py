@@ -646,12 +646,8 @@ class RedisWriter(BatchWriter):
     def __init__(
         self, store: RedisStore, generation: str, *, live: bool, hooks: CommitHooks
     ) -> None:
+        super().__init__(store.view, store.materializer, generation, live=live, hooks=hooks)
         self.store = store
-        self.view = store.view
-        self.materializer = store.materializer
-        self.generation = generation
-        self.live = live
-        self.hooks = hooks
 
     def committed(self) -> Commit:
         return self.store.committed(self.generation)

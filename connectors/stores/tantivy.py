@@ -682,12 +682,8 @@ class TantivyWriter(BatchWriter):
     def __init__(
         self, store: TantivyStore, slot: _WriterSlot, *, live: bool, hooks: CommitHooks
     ) -> None:
+        super().__init__(store.view, store.materializer, slot.generation, live=live, hooks=hooks)
         self.store = store
-        self.view = store.view
-        self.materializer = store.materializer
-        self.generation = slot.generation
-        self.live = live
-        self.hooks = hooks
         self._slot: _WriterSlot | None = slot
 
     def committed(self) -> Commit:

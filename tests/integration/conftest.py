@@ -54,15 +54,10 @@ class Endpoints:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Which worker of `make test` runs what: tests/scheduling.py.
     for item in items:
-        if "/integration/" not in str(item.fspath):
-            continue
-        item.add_marker(pytest.mark.integration)
-        if "spark" in getattr(item, "fixturenames", ()):
-            # With pytest-xdist (`make test`), every test on the session's SparkSession runs in
-            # one worker, one after another: one SparkSession in all, never one per worker.
-            # Tests that start Spark in a child process go to whichever worker is free.
-            item.add_marker(pytest.mark.xdist_group("spark"))
+        if "/integration/" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")

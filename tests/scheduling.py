@@ -1,0 +1,41 @@
+"""How `make test` spreads the suite over its pytest-xdist workers.
+
+Every test that starts Spark (on the session's SparkSession or in a child process:
+`tributary run views`, the demo, a driver of its own) runs in one worker, one after another;
+every other test is its own unit and goes to whichever worker is free. Two Spark drivers at
+once on two cores made Spark's Python processes miss their hard-coded 10 s to connect back
+("Python worker failed to connect back"), and views stopped with it.
+
+pytest-xdist's own ``--dist loadgroup`` cannot do it under pytest 9: it marks a group by
+rewriting ``item._nodeid``, which pytest 9 no longer reads, so every ``xdist_group`` mark was
+ignored. The scheduler below groups by path, on the controller.
+"""
+
+from typing import Any
+
+SPARK_STARTING = (
+    "tests/integration/analytics/",
+    "tests/integration/pipeline/",
+    "tests/integration/social/",
+    "tests/integration/spark_streaming/",
+    "tests/integration/eventsourcing/test_bank_example.py",
+    "tests/integration/test_demo.py",
+    "tests/integration/test_run_supervisor.py",
+)
+
+
+def starts_spark(nodeid: str) -> bool:
+    return nodeid.startswith(SPARK_STARTING)
+
+
+class SparkApart:
+    """A pytest plugin (registered only when pytest-xdist is): the scheduler above."""
+
+    def pytest_xdist_make_scheduler(self, config: Any, log: Any) -> Any:
+        from xdist.scheduler import LoadScopeScheduling
+
+        class Scheduling(LoadScopeScheduling):  # type: ignore[misc]
+            def _split_scope(self, nodeid: str) -> str:
+                return "spark" if starts_spark(nodeid) else nodeid
+
+        return Scheduling(config, log)
