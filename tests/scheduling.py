@@ -15,6 +15,7 @@ from typing import Any
 
 SPARK_STARTING = (
     "tests/integration/analytics/",
+    "tests/integration/operations/",
     "tests/integration/pipeline/",
     "tests/integration/social/",
     "tests/integration/spark_streaming/",
