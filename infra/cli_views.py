@@ -32,6 +32,7 @@ def _spark(s: "Settings", config: "ViewsConfig") -> Any:
         "tributary-views",
         driver_memory=s.spark_driver_memory,
         local_dir=str((s.home / "spark").resolve()),
+        java_options=s.spark_java_options,
     )
 
 

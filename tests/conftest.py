@@ -4,10 +4,14 @@ import os
 
 import pytest
 
+from tests.jvm import SPARK_JAVA_OPTIONS
+
 for _key in [
     k for k in os.environ if k.startswith("TRIBUTARY_") and not k.startswith("TRIBUTARY_TEST_")
 ]:
     del os.environ[_key]
+
+os.environ["TRIBUTARY_SPARK_JAVA_OPTIONS"] = SPARK_JAVA_OPTIONS  # every `tributary` child's
 
 
 def pytest_configure(config: pytest.Config) -> None:

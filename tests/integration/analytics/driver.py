@@ -17,6 +17,7 @@ from connectors.stores.base import CommitHooks
 from spark_streaming.session import spark_session
 from spark_streaming.view_job import JobOptions, ViewJob
 from tests.integration.analytics.lab import lab_config, views_by_job
+from tests.jvm import SPARK_JAVA_OPTIONS
 
 
 def main(raw: str) -> None:
@@ -25,7 +26,11 @@ def main(raw: str) -> None:
     views = views_by_job(lab_config(kafka, cfg["dsn"], cfg["unique"], cfg["registry_url"]))
     markers = Path(cfg["marker_dir"])
     spark = spark_session(
-        "local[2]", "analytics-driver", driver_memory="1g", local_dir=cfg["local_dir"]
+        "local[2]",
+        "analytics-driver",
+        driver_memory="1g",
+        local_dir=cfg["local_dir"],
+        java_options=SPARK_JAVA_OPTIONS,
     )
     options = JobOptions(
         checkpoint_root=Path(cfg["checkpoint_root"]),

@@ -14,12 +14,19 @@ from spark_streaming.session import spark_session
 from spark_streaming.views import ViewsConfig
 from tests.integration.conftest import Endpoints
 from tests.integration.spark_streaming.changefeed import ChangeFeed
+from tests.jvm import SPARK_JAVA_OPTIONS
 
 
 @pytest.fixture(scope="session")
 def spark(stack: Endpoints) -> Iterator[Any]:
     scratch = tempfile.mkdtemp(prefix="tributary-spark-")
-    session = spark_session("local[2]", "tributary-tests", driver_memory="1g", local_dir=scratch)
+    session = spark_session(
+        "local[2]",
+        "tributary-tests",
+        driver_memory="1g",
+        local_dir=scratch,
+        java_options=SPARK_JAVA_OPTIONS,
+    )
     yield session
     session.stop()
     shutil.rmtree(scratch, ignore_errors=True)
