@@ -226,6 +226,24 @@ def group_offsets(kafka: Any, group: str) -> dict[str, dict[str, int]]:
     return out
 
 
+def wait_shown(window: Window, page: Any, expression: str, timeout: float) -> Any:
+    """``page.wait_for`` while the view's query runs; on timeout, what the page showed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert window.query is None or window.query.isActive, window.query.exception()
+        try:
+            return page.wait_for(
+                expression, timeout=min(5.0, max(0.5, deadline - time.monotonic()))
+            )
+        except AssertionError:
+            if time.monotonic() >= deadline:
+                shown = page.evaluate(SHOWN)
+                reported = cli_json(window.env, "views", "--json")
+                raise AssertionError(
+                    f"not shown within {timeout:.0f}s; the page: {shown}; views --json: {reported}"
+                ) from None
+
+
 def test_the_dashboard_is_live_and_shows_what_views_json_reports(
     window: Window, tmp_path: Path
 ) -> None:
@@ -244,7 +262,7 @@ def test_the_dashboard_is_live_and_shows_what_views_json_reports(
         # Live: records arrive, the page follows without a reload.
         window.feed.run(300)
         total = len(window.feed.sent)
-        page.wait_for(f"{applied_now} === {total} && {SHOWN}['{view}'].lag === '0'", timeout=120)
+        wait_shown(window, page, f"{applied_now} === {total} && {SHOWN}['{view}'].lag === '0'", 120)
         assert total > first
         assert int(page.evaluate("document.body.dataset.updates")) > updates
         # The components of the session's stack, as `tributary status` sees them.
