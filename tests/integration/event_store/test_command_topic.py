@@ -161,14 +161,18 @@ def test_a_processor_that_died_before_saving_its_positions_answers_each_command_
     twice; a command sent after the crash is answered."""
     bus = env.bus()
     client = CommandClient(stack.kafka, topics, registry=bus.registry)
-    ids = [client.send("FollowUser", {"follower_id": 1, "followee_id": f}) for f in (2, 3)]
+
+    def follow(a: int, b: int) -> str:  # users 1 to 4 exist
+        return client.send("FollowUser", {"follower_id": a, "followee_id": b})
+
+    ids = [follow(1, 2), follow(1, 3)]
     first = CommandProcessor(bus, stack.kafka, topics, consumer_name=f"proc-{unique}")
     handled = 0
     for _ in range(50):
         handled += first.process_batch(0.5)
         if handled >= 2:
             break
-    ids += [client.send("FollowUser", {"follower_id": 1, "followee_id": f}) for f in (4, 5)]
+    ids += [follow(1, 4), follow(2, 1)]
     # the next batch dies after its results were acknowledged, before its positions are saved
     real_save = first.positions.save
 
@@ -181,7 +185,7 @@ def test_a_processor_that_died_before_saving_its_positions_answers_each_command_
             first.process_batch(0.5)
     first.positions.save = real_save  # type: ignore[method-assign]
     first.close()
-    later = client.send("FollowUser", {"follower_id": 1, "followee_id": 6})
+    later = follow(2, 3)
 
     second = CommandProcessor(bus, stack.kafka, topics, consumer_name=f"proc-{unique}")
     handled = 0
@@ -190,6 +194,7 @@ def test_a_processor_that_died_before_saving_its_positions_answers_each_command_
         if bus.previous_result(later) is not None and handled >= 1:
             break
     second.close()
+    assert all(isinstance(bus.previous_result(i), Accepted) for i in [*ids, later])
     assert env.count_events() == 5
     keys = [r.key.decode() for r in read_topic(stack.kafka, topics.results) if r.key]
     assert sorted(keys) == sorted([*ids, later]), "a command answered twice or not at all"
