@@ -81,7 +81,7 @@ from bench.load_baseline import (
 )
 from connectors.kafka.reading import read_topic
 from connectors.postgres import make_engine
-from event_store.command_topic import PROCESSOR_CONSUMER, CommandClient, ensure_topics
+from event_store.command_topic import PROCESSOR_FETCH_WAIT_MS, CommandClient, ensure_topics
 from examples.social import upsert_user, users_table
 from infra.command_results import Results
 from infra.commands import command_topics
@@ -593,7 +593,7 @@ def report_ratios(tally: Tally, elapsed: float, base: dict[str, Figures]) -> Non
             "  the broker round trip itself is slow: the echo, with no command handling, takes "
             f"{echo.p50 / topic.p50:.0%} of the topic path's p50 (each round trip waits on "
             f"two fetches Tansu holds for their whole wait: the processor's consumer "
-            f"{PROCESSOR_CONSUMER['fetch.wait.max.ms']} ms, the reply reader's)"
+            f"{PROCESSOR_FETCH_WAIT_MS} ms at first, the reply reader's)"
         )
 
 

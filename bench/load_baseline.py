@@ -23,10 +23,16 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
 
+from connectors.kafka.following import Follower
 from event_store.command import Accepted
-from event_store.command_topic import PROCESSOR_BATCH, PROCESSOR_CONSUMER, PROCESSOR_PRODUCER
+from event_store.command_topic import (
+    PROCESSOR_BATCH,
+    PROCESSOR_CONSUMER,
+    PROCESSOR_FETCH_WAIT_MS,
+    PROCESSOR_PRODUCER,
+)
 from infra.commands import command_topics
 from infra.settings import Settings
 
@@ -48,7 +54,9 @@ def run_echo(settings: Settings, out: Any) -> None:
     """Child process: answer every request record with a reply, as the processor does."""
     topics = command_topics(settings)
     kafka = settings.kafka("load-echo")
-    consumer = Consumer(kafka.client_properties(**{"group.id": "load-echo", **PROCESSOR_CONSUMER}))
+    consumer = Follower(
+        kafka, {"group.id": "load-echo", **PROCESSOR_CONSUMER}, PROCESSOR_FETCH_WAIT_MS, "load echo"
+    )
     producer = Producer(kafka.client_properties(**PROCESSOR_PRODUCER))
     consumer.assign(
         [TopicPartition(topics.commands, p, OFFSET_BEGINNING) for p in range(topics.partitions)]

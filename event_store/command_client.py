@@ -14,6 +14,9 @@ from confluent_kafka import TopicPartition
 
 from connectors.errors import KafkaError
 from connectors.kafka import KafkaConfig
+from connectors.kafka.config import ClientValue
+from connectors.kafka.fetching import SHORT_WAIT_MS
+from connectors.kafka.following import Follower
 from connectors.kafka.offsets import probe_consumer, true_watermarks
 from connectors.kafka.producing import Deliveries, idempotent_producer
 from event_store.command import CommandResult, result_from_json
@@ -96,22 +99,32 @@ class CommandClient:
         return stream_id
 
 
+# A result waiter's consumer: group-less, assigned, never commits; its wait starts short.
+WAITER_CONSUMER: dict[str, ClientValue] = {
+    "group.id": "tributary-result-waiter",
+    "enable.auto.commit": False,
+    "auto.offset.reset": "earliest",
+}
+
+
 class ResultWaiter:
     """Reads ``command-results`` from its end at creation time, looking for command ids."""
 
     def __init__(self, kafka: KafkaConfig, topic: str) -> None:
         self.topic = topic
-        self._consumer = probe_consumer(kafka)
-        metadata = self._consumer.list_topics(topic, timeout=15)
-        info = metadata.topics.get(topic)
-        if info is None or info.error is not None or not info.partitions:
-            self._consumer.close()
-            raise KafkaError(f"topic {topic} does not exist: start `tributary run commands`")
-        marks = true_watermarks(
-            self._consumer,
-            [(topic, p) for p in info.partitions],
-            fresh=lambda: probe_consumer(kafka),
-        )
+        probe = probe_consumer(kafka)
+        try:
+            metadata = probe.list_topics(topic, timeout=15)
+            info = metadata.topics.get(topic)
+            if info is None or info.error is not None or not info.partitions:
+                raise KafkaError(f"topic {topic} does not exist: start `tributary run commands`")
+            marks = true_watermarks(
+                probe, [(topic, p) for p in info.partitions], fresh=lambda: probe_consumer(kafka)
+            )
+        finally:
+            probe.close()
+        # read from the end: on Tansu a short fetch wait may not list that far (Follower)
+        self._consumer = Follower(kafka, WAITER_CONSUMER, SHORT_WAIT_MS, f"result waiter {topic}")
         self._consumer.assign(
             [TopicPartition(topic, p, marks[(topic, p)][1]) for p in sorted(info.partitions)]
         )

@@ -7,13 +7,19 @@ Position strategy. The processor reads *assigned* partitions (no consumer group:
 join costs ~23 s on the local broker, and one processor owns its partitions). For each
 batch it handles every message through the :class:`CommandBus`, produces each result,
 flushes the producer, and only then stores the next offsets in PostgreSQL
-(``consumer_positions``). A crash anywhere re-reads at most the last batch, which is
-harmless: the bus records every handled command id with its result in the same
-transaction as its events, so a re-read command appends nothing and its first result is
-published again (same key, same value). Storing the offset in the command's own
-transaction instead would lose the result of a command committed just before a crash.
-Messages without a usable command id cannot be recorded; they are rejected again,
-identically, and nothing is stored for them.
+(``consumer_positions``), with the results topic's offsets after the batch's results in the
+same transaction. A crash anywhere re-reads at most the last batch, which is harmless: the
+bus records every handled command id with its result in the same transaction as its events,
+so a re-read command appends nothing and gets its first result; a restarted processor first
+reads what the results topic gained after the stored offsets, and a command whose result is
+there already is not answered twice. Storing the offset in the command's own transaction
+instead would lose the result of a command committed just before a crash. Messages without a
+usable command id cannot be recorded; they are rejected again, identically, and nothing is
+stored for them.
+
+Fetch wait. The consumer's fetch wait starts short and lengthens when fetches stop bringing
+records below a partition's end (Tansu lists a partition's batches only as long as the wait
+lets it, and the commands topic holds one batch per command): :mod:`connectors.kafka.following`.
 
 No poison loops. Whatever one command's content causes — a malformed envelope, data that
 does not decode, a handler that raises (``ZeroDivisionError``), data PostgreSQL refuses
@@ -30,12 +36,14 @@ import threading
 import time
 from collections.abc import Sequence
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
 
-from connectors.errors import KafkaError
+from connectors.errors import KafkaError, TopicRewoundError
 from connectors.kafka import KafkaConfig
 from connectors.kafka.config import ClientValue
+from connectors.kafka.following import Follower
 from connectors.kafka.producing import IDEMPOTENT, Deliveries
+from connectors.kafka.reading import read_tail
 from event_store.bus import CommandBus
 from event_store.command import CommandResult, Rejected
 from event_store.command_client import CommandClient, ResultWaiter
@@ -111,13 +119,15 @@ def _handle(bus: CommandBus, value: bytes | None) -> tuple[CommandResult, Outcom
 
 
 # The command processor's clients: positions are stored with the results in PostgreSQL (the
-# truth it resumes from) and committed to its consumer group only for lag tools; a short fetch
-# wait (Tansu holds a fetch for its whole wait).
+# truth it resumes from) and committed to its consumer group only for lag tools. The fetch wait
+# starts short (Tansu holds an empty fetch for its whole wait) and lengthens when fetches stop
+# bringing records below the end (on Tansu, a partition of one batch per command outgrows what
+# a short wait lists): see connectors.kafka.following.
 PROCESSOR_CONSUMER: dict[str, ClientValue] = {
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
-    "fetch.wait.max.ms": 50,
 }
+PROCESSOR_FETCH_WAIT_MS = 50
 PROCESSOR_PRODUCER: dict[str, ClientValue] = {**IDEMPOTENT, "linger.ms": 5}
 PROCESSOR_BATCH = 500  # most commands handled per batch
 
@@ -151,12 +161,16 @@ class CommandProcessor:
         self.batch_size = batch_size
         self.handled = 0
         self._stop = threading.Event()
-        self._consumer = Consumer(
-            kafka.client_properties(**{"group.id": consumer_name, **PROCESSOR_CONSUMER})
+        self._consumer = Follower(
+            kafka,
+            {"group.id": consumer_name, **PROCESSOR_CONSUMER},
+            PROCESSOR_FETCH_WAIT_MS,
+            f"command processor {consumer_name}",
         )
         self._producer = Producer(kafka.client_properties(**PROCESSOR_PRODUCER))
         self._partitions = list(partitions) if partitions is not None else None
         self._assigned = False
+        self._published: set[bytes] = set()  # results on the topic the saved batches lack
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current batch (thread-safe)."""
@@ -196,13 +210,16 @@ class CommandProcessor:
                 if result.command_id is None
                 else result.command_id.encode("utf-8", "surrogatepass")
             )
-            self._producer.produce(
-                self.topics.results,
-                key=key,
-                value=json.dumps(result.to_json()).encode(),
-                on_delivery=deliveries,
-            )
-            self._producer.poll(0)
+            if key is not None and key in self._published:
+                self._published.discard(key)  # published before a crash: not twice
+            else:
+                self._producer.produce(
+                    self.topics.results,
+                    key=key,
+                    value=json.dumps(result.to_json()).encode(),
+                    on_delivery=deliveries,
+                )
+                self._producer.poll(0)
             partition, offset = msg.partition(), msg.offset()
             if partition is not None and offset is not None:
                 next_offsets[partition] = offset + 1
@@ -212,8 +229,10 @@ class CommandProcessor:
         failure = deliveries.confirm(self._producer, 30)
         if failure is not None:  # not acknowledged: stop before saving positions, re-read
             raise KafkaError(f"results not delivered to {self.topics.results}: {failure}")
+        published = {p: end for (t, p), end in deliveries.ends.items() if t == self.topics.results}
         with self.bus.store.engine.begin() as conn:
             self.positions.save(conn, self.topics.commands, next_offsets)
+            self.positions.save(conn, self.topics.results, published)
         self._commit_group(next_offsets)
         self.handled += handled
         return handled
@@ -230,7 +249,7 @@ class CommandProcessor:
         """Show the stored positions to lag tools (best effort: a failure is logged once)."""
         parts = [TopicPartition(self.topics.commands, p, o) for p, o in next_offsets.items()]
         try:
-            self._consumer.commit(offsets=parts, asynchronous=True)
+            self._consumer.consumer.commit(offsets=parts, asynchronous=True)
         except Exception as exc:  # confluent_kafka.KafkaException: lag tools only
             if not self._group_warned:
                 log.warning("positions not committed as group %s: %s", self.group, exc)
@@ -244,14 +263,28 @@ class CommandProcessor:
         if self._assigned:
             return
         topic = self.topics.commands
-        metadata = self._consumer.list_topics(topic, timeout=15)
+        metadata = self._consumer.consumer.list_topics(topic, timeout=15)
         info = metadata.topics.get(topic)
         if info is None or info.error is not None or not info.partitions:
             raise KafkaError(f"topic {topic} does not exist: run `tributary run commands` once")
         partitions = self._partitions or sorted(info.partitions)
         with self.bus.store.engine.connect() as conn:
             stored = self.positions.load(conn, topic)
+            marks = self.positions.load(conn, self.topics.results)
+        if marks or not stored:  # (positions without marks: saved by an older version)
+            self._published = self._published_since(marks)
         self._consumer.assign(
             [TopicPartition(topic, p, stored.get(p, OFFSET_BEGINNING)) for p in partitions]
         )
         self._assigned = True
+
+    def _published_since(self, marks: dict[int, int]) -> set[bytes]:
+        """The keys of the results the topic gained after the last saved batch: a processor
+        that died before it saved its positions published them, and their commands come
+        again. Empty when the topic ends below a mark (recreated, or records lost)."""
+        try:
+            tail = read_tail(self.kafka, self.topics.results, marks)
+        except TopicRewoundError as exc:
+            log.warning("results published before a restart are not known: %s", exc)
+            return set()
+        return {record.key for record in tail.records if record.key is not None}

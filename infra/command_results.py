@@ -7,23 +7,29 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
+from connectors.kafka.following import Follower
 from infra.commands import command_topics
 from infra.settings import Settings
 
 __all__ = ["Results"]
 
 
+#: librdkafka's ``fetch.wait.max.ms`` default, the reader's first wait when none is given
+DEFAULT_FETCH_WAIT_MS = 500
+
+
 class Results(threading.Thread):
     """Every record of ``command-results`` by command id, read from offset 0 (again from the
-    start if the broker lost records and the position falls beyond the end)."""
+    start if the broker lost records and the position falls beyond the end). Its fetch wait
+    lengthens when a short one stops bringing records (see ``connectors.kafka.following``)."""
 
     def __init__(
         self, s: Settings, client: str = "chaos-results", fetch_wait_ms: int | None = None
     ) -> None:
-        """``fetch_wait_ms``: the consumer's ``fetch.wait.max.ms`` (librdkafka's default,
-        500 ms, when None)."""
+        """``fetch_wait_ms``: the consumer's first ``fetch.wait.max.ms`` (librdkafka's
+        default, 500 ms, when None)."""
         super().__init__(name="results", daemon=True)
         self.by_id: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.cond = threading.Condition()
@@ -34,9 +40,8 @@ class Results(threading.Thread):
             "enable.auto.commit": "false",
             "auto.offset.reset": "earliest",
         }
-        if fetch_wait_ms is not None:
-            props["fetch.wait.max.ms"] = fetch_wait_ms
-        self._consumer = Consumer(s.kafka(client).client_properties(**props))
+        wait_ms = DEFAULT_FETCH_WAIT_MS if fetch_wait_ms is None else fetch_wait_ms
+        self._consumer = Follower(s.kafka(client), props, wait_ms, f"results reader {client}")
         self._consumer.assign(
             [TopicPartition(topics.results, p, 0) for p in range(topics.partitions)]
         )

@@ -41,10 +41,16 @@ class Deliveries:
     def __init__(self) -> None:
         self.failures: list[str] = []
         self.acknowledged = 0
+        #: per (topic, partition), the offset after the last acknowledged record
+        self.ends: dict[tuple[str, int], int] = {}
 
-    def __call__(self, err: Any, _msg: Any) -> None:
+    def __call__(self, err: Any, msg: Any) -> None:
         if err is None:
             self.acknowledged += 1
+            offset = msg.offset() if msg is not None else None
+            if offset is not None and offset >= 0:
+                ref = (msg.topic() or "", msg.partition() or 0)
+                self.ends[ref] = max(self.ends.get(ref, 0), offset + 1)
         else:
             self.failures.append(err.str() if hasattr(err, "str") else str(err))
 

@@ -181,7 +181,7 @@ def test_command_processor_and_client(monkeypatch: pytest.MonkeyPatch) -> None:
     from event_store.command_topic import CommandClient, CommandProcessor
 
     recorder = Recorder()
-    recorder.patch(monkeypatch, "event_store.command_topic.Consumer", "processor consumer")
+    recorder.patch(monkeypatch, "connectors.kafka.following.Consumer", "processor consumer")
     recorder.patch(monkeypatch, "event_store.command_topic.Producer", "producer")
     recorder.patch(monkeypatch, "connectors.kafka.producing.Producer", "producer")
     kafka = secure_settings().kafka("tributary-commands")

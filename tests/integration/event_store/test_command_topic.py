@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from connectors.kafka import TopicAdmin
+from connectors.kafka.reading import read_topic
 from event_store import Accepted, Rejected
 from event_store.command_topic import (
     CommandClient,
@@ -152,6 +153,53 @@ def test_a_restarted_processor_resumes_after_its_stored_offsets(
     assert bus.previous_result(later) is not None
     assert all(isinstance(bus.previous_result(i), Accepted) for i in ids)
     assert uuid.UUID(later)
+
+
+def test_a_processor_that_died_before_saving_its_positions_answers_each_command_once(
+    stack: Endpoints, env: StoreEnv, topics: CommandTopics, unique: str
+) -> None:
+    """The crash between the results' acknowledgement and the positions' save: the restarted
+    processor reads the batch again, finds its results on the topic and does not answer
+    twice; a command sent after the crash is answered."""
+    bus = env.bus()
+    client = CommandClient(stack.kafka, topics, registry=bus.registry)
+
+    def follow(a: int, b: int) -> str:  # users 1 to 4 exist
+        return client.send("FollowUser", {"follower_id": a, "followee_id": b})
+
+    ids = [follow(1, 2), follow(1, 3)]
+    first = CommandProcessor(bus, stack.kafka, topics, consumer_name=f"proc-{unique}")
+    handled = 0
+    for _ in range(50):
+        handled += first.process_batch(0.5)
+        if handled >= 2:
+            break
+    ids += [follow(1, 4), follow(2, 1)]
+    # the next batch dies after its results were acknowledged, before its positions are saved
+    real_save = first.positions.save
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("killed")
+
+    first.positions.save = crash  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        for _ in range(50):
+            first.process_batch(0.5)
+    first.positions.save = real_save  # type: ignore[method-assign]
+    first.close()
+    later = follow(2, 3)
+
+    second = CommandProcessor(bus, stack.kafka, topics, consumer_name=f"proc-{unique}")
+    handled = 0
+    for _ in range(50):
+        handled += second.process_batch(0.5)
+        if bus.previous_result(later) is not None and handled >= 1:
+            break
+    second.close()
+    assert all(isinstance(bus.previous_result(i), Accepted) for i in [*ids, later])
+    assert env.count_events() == 5
+    keys = [r.key.decode() for r in read_topic(stack.kafka, topics.results) if r.key]
+    assert sorted(keys) == sorted([*ids, later]), "a command answered twice or not at all"
 
 
 def test_cli_command_wait_prints_the_result_as_json(
