@@ -116,18 +116,23 @@ def true_watermarks(
 
 class TrueEnds:
     """True ends remembered between calls of :func:`true_watermarks` by a reader that asks
-    again and again (a streaming source's planner): appending records always moves a
-    partition's listed end (on Tansu it is the base of the last stored batch + 1, on Apache
-    Kafka the end itself), so while the listed end stays where it was when a fetch found the
-    true end, that end still holds and no probe is needed. Polling an idle topic then costs one
-    ListOffsets per partition, not a new client and a fetch."""
+    again and again (a streaming source's planner): appending records moves a partition's
+    listed end (on Tansu the base of a stored batch + 1, on Apache Kafka the end itself), so
+    while the listed end stays where it was when a fetch found the true end, that end holds and
+    no probe is needed. Polling an idle topic then costs one ListOffsets per partition, not a
+    new client and a fetch. A remembered end is trusted for ``ttl_s`` only: Tansu's listed end
+    can also stay put while batches are appended (its listing of a partition's batches is cut
+    short like a fetch's), and a planner that trusted it for good stopped below the true end
+    until the next record came (seen: a view 127 records short for minutes)."""
 
-    def __init__(self) -> None:
-        self._ends: dict[tuple[str, int], tuple[int, int]] = {}  # ref -> (listed, true)
+    def __init__(self, ttl_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._ends: dict[tuple[str, int], tuple[int, int, float]] = {}  # listed, true, when
 
     def knows(self, ref: tuple[str, int], listed: int) -> bool:
         seen = self._ends.get(ref)
-        return seen is not None and seen[0] == listed
+        return seen is not None and seen[0] == listed and self._clock() - seen[2] < self.ttl_s
 
     def recall(self, ref: tuple[str, int], listed: int) -> int:
         """The true end for this listed end, if known (else the listed end)."""
@@ -135,4 +140,4 @@ class TrueEnds:
         return seen[1] if seen is not None and seen[0] == listed else listed
 
     def learn(self, ref: tuple[str, int], listed: int, true: int) -> None:
-        self._ends[ref] = (listed, max(listed, true))
+        self._ends[ref] = (listed, max(listed, true), self._clock())

@@ -19,3 +19,16 @@ def test_a_probe_never_lowers_the_listed_end() -> None:
     ends = TrueEnds()
     ends.learn(("t", 0), 7, 3)
     assert ends.recall(("t", 0), 7) == 7
+
+
+def test_a_remembered_end_is_probed_again_after_its_time() -> None:
+    """Tansu's listed end can stay put while batches are appended: trusting a remembered true
+    end for good left a planner below the true end until the next record came."""
+    now = [100.0]
+    ends = TrueEnds(ttl_s=2.0, clock=lambda: now[0])
+    ends.learn(("t", 0), 5, 9)
+    now[0] += 1.9
+    assert ends.knows(("t", 0), 5)
+    now[0] += 0.2
+    assert not ends.knows(("t", 0), 5)  # probe again: the true end may have moved
+    assert ends.recall(("t", 0), 5) == 9  # still a floor until the probe answers
