@@ -4,14 +4,13 @@ import os
 import signal
 import sys
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
 from infra.cli_app import app, console, err_console, fail, settings
-from infra.supervision import Supervisor
+from infra.supervision import Supervisor, metrics_url, parts_file
 from tributary.errors import TributaryError
 from tributary.redact import redact
 
@@ -20,20 +19,6 @@ if TYPE_CHECKING:
 
 COMPONENTS = ("cdc", "commands", "views", "api")
 STANDBY = "views-standby"
-
-
-def parts_file(s: "Settings") -> Path:
-    """Where ``tributary run`` keeps its parts' state (:mod:`infra.supervision`)."""
-    return (s.home / "run" / "parts.json").resolve()
-
-
-def metrics_url(s: "Settings", part: str) -> str | None:
-    """Where a part's metrics answer (None: it serves none)."""
-    port = s.metrics_port(part)
-    if port <= 0:
-        return None
-    host = s.api_host if part == "api" else s.metrics_host
-    return f"http://{host}:{port}/metrics"
 
 
 def lease_name(component: str, s: "Settings") -> str | None:

@@ -80,8 +80,8 @@ def status(as_json: JsonFlag = False) -> None:
 def part_rows(s: "Settings") -> list[dict[str, object]]:
     """Each long-running part: as `tributary run` last saw it (``parts.json``), and where its
     metrics answer (from the settings)."""
-    from infra.cli_run import COMPONENTS, STANDBY, metrics_url, parts_file
-    from infra.supervision import read_state
+    from infra.cli_run import COMPONENTS, STANDBY
+    from infra.supervision import metrics_url, parts_file, read_state
 
     state = read_state(parts_file(s))
     seen = state.get("parts") if state is not None else None

@@ -20,9 +20,28 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from infra.stack.process import spawn, stop_pid
 from tributary.backoff import Backoff
+
+if TYPE_CHECKING:
+    from infra.settings import Settings
+
+
+def parts_file(s: "Settings") -> Path:
+    """Where ``tributary run`` keeps its parts' state (:func:`read_state`)."""
+    return (s.home / "run" / "parts.json").resolve()
+
+
+def metrics_url(s: "Settings", part: str) -> str | None:
+    """Where a part's metrics answer (None: it serves none)."""
+    port = s.metrics_port(part)
+    if port <= 0:
+        return None
+    host = s.api_host if part == "api" else s.metrics_host
+    return f"http://{host}:{port}/metrics"
+
 
 log = logging.getLogger(__name__)
 

@@ -214,7 +214,7 @@ class Overview:
             return {}
 
     def _batches(self) -> dict[str, dict[str, float]]:
-        from infra.cli_run import metrics_url
+        from infra.supervision import metrics_url
 
         out: dict[str, dict[str, float]] = {}
         for part in ("views", "views-standby"):
@@ -265,8 +265,7 @@ class Overview:
 
     def state(self) -> dict[str, Any]:
         """Everything ``/ui`` shows, as JSON-ready data."""
-        from infra.cli_run import parts_file
-        from infra.supervision import read_state
+        from infra.supervision import parts_file, read_state
         from infra.verify import read_last
 
         look = self.look()
