@@ -38,6 +38,16 @@ def _start(processor: CommandProcessor) -> threading.Thread:
     return thread
 
 
+def process_until(processor: CommandProcessor, handled: int, attempts: int) -> int:
+    """Run batches until ``handled`` commands were handled (or ``attempts`` batches ran)."""
+    done = 0
+    for _ in range(attempts):
+        done += processor.process_batch(0.5)
+        if done >= handled:
+            break
+    return done
+
+
 def test_a_command_on_the_topic_yields_its_result(
     stack: Endpoints, env: StoreEnv, topics: CommandTopics, unique: str
 ) -> None:
@@ -93,11 +103,7 @@ def test_malformed_messages_get_a_rejected_result_and_never_stop_the_processor(
     producer.produce(topics.commands, key=b"x", value=value)
     producer.produce(topics.commands, key=b"x", value=bad_with_id)
     assert producer.flush(30) == 0
-    handled = 0
-    for _ in range(50):
-        handled += processor.process_batch(0.5)
-        if handled >= 2:
-            break
+    handled = process_until(processor, 2, 50)
     assert handled == 2
     assert env.count_events() == 0
     [keyless] = _results_without_key(stack, topics)
@@ -132,21 +138,13 @@ def test_a_restarted_processor_resumes_after_its_stored_offsets(
     client = CommandClient(stack.kafka, topics, registry=bus.registry)
     ids = [client.send("FollowUser", {"follower_id": 1, "followee_id": f}) for f in (2, 3)]
     first = CommandProcessor(bus, stack.kafka, topics, consumer_name=f"proc-{unique}")
-    handled = 0
-    for _ in range(50):
-        handled += first.process_batch(0.5)
-        if handled >= 2:
-            break
+    handled = process_until(first, 2, 50)
     first.close()
     assert handled == 2 and env.count_events() == 2
 
     later = client.send("FollowUser", {"follower_id": 1, "followee_id": 4})
     second = CommandProcessor(bus, stack.kafka, topics, consumer_name=f"proc-{unique}")
-    handled = 0
-    for _ in range(20):
-        handled += second.process_batch(0.5)
-        if handled:
-            break
+    handled = process_until(second, 1, 20)
     second.close()
     assert handled == 1, "the restarted processor re-read handled commands"
     assert env.count_events() == 3
@@ -169,11 +167,7 @@ def test_a_processor_that_died_before_saving_its_positions_answers_each_command_
 
     ids = [follow(1, 2), follow(1, 3)]
     first = CommandProcessor(bus, stack.kafka, topics, consumer_name=f"proc-{unique}")
-    handled = 0
-    for _ in range(50):
-        handled += first.process_batch(0.5)
-        if handled >= 2:
-            break
+    handled = process_until(first, 2, 50)
     ids += [follow(1, 4), follow(2, 1)]
     # the next batch dies after its results were acknowledged, before its positions are saved
     real_save = first.positions.save
