@@ -10,7 +10,7 @@ TEST_WORKERS ?= 2
 
 .PHONY: setup system-packages test unit integration lint demo bench chaos takeover clean
 
-setup: system-packages $(VENV)/.installed
+setup: system-packages $(VENV)/.installed $(SPARK_ARCHIVE)
 
 # Debian packages, installed only when missing (idempotent).
 system-packages:
@@ -29,6 +29,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $@
+
+# Spark drivers map their classes from this archive (spark_streaming/class_archive.py): each
+# starts about 5 s sooner. Written once per venv (about a minute), again when pyspark changes.
+SPARK_ARCHIVE = $(VENV)/share/tributary/spark-classes.jsa
+$(SPARK_ARCHIVE): $(VENV)/.installed
+	$(BIN)/tributary spark-archive --force
 
 # The take-over test (kill -9 of the command processor, then of the views process, under load)
 # is not in the suite yet: on the loaded CI machine it has not passed (see `make takeover`).

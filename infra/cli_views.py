@@ -1,4 +1,4 @@
-"""CLI: the Spark views (`run-views`, `replay VIEW`, `views`).
+"""CLI: the Spark views (`run-views`, `replay VIEW`, `views`, `spark-archive`).
 
 ``run_views`` and ``views_status`` are also what ``tributary run views`` and
 ``tributary status`` call.
@@ -33,6 +33,7 @@ def _spark(s: "Settings", config: "ViewsConfig") -> Any:
         driver_memory=s.spark_driver_memory,
         local_dir=str((s.home / "spark").resolve()),
         java_options=s.spark_java_options,
+        class_archive=s.spark_class_archive_path,
     )
 
 
@@ -162,6 +163,31 @@ def replay(
         f"{result.view}: generation {result.generation} is live ({result.records} records,"
         f" {result.batches} batches; replaced {result.replaced or 'nothing'})"
     )
+
+
+@app.command("spark-archive")
+def spark_archive_command(
+    force: Annotated[
+        bool, typer.Option("--force", help="Write it again even if it exists.")
+    ] = False,
+) -> None:
+    """Write the Spark drivers' class-data archive (AppCDS): later drivers start ~5 s sooner."""
+    from spark_streaming.class_archive import build_archive
+
+    s = settings()
+    archive = s.spark_class_archive_path
+    if archive.is_dir():
+        fail(f"TRIBUTARY_SPARK_CLASS_ARCHIVE names a folder ({archive}): name a file")
+    if archive.is_file() and not force:
+        console.print(
+            f"{archive} exists ({archive.stat().st_size / 1e6:.0f} MB); --force rewrites it"
+        )
+        return
+    try:
+        took = build_archive(archive, s.spark_java_options)
+    except TributaryError as exc:
+        fail(exc)
+    console.print(f"{archive}: {archive.stat().st_size / 1e6:.0f} MB, written in {took:.0f} s")
 
 
 @app.command("views")

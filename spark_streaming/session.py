@@ -4,9 +4,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
+
+from spark_streaming.class_archive import archive_options
 
 ROCKSDB_STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -34,12 +37,15 @@ def spark_session(
     conf: Mapping[str, str] | None = None,
     local_dir: str | None = None,
     java_options: str = "",
+    class_archive: Path | None = None,
 ) -> Any:
     """Get or create the process's SparkSession: no UI, few shuffle partitions, loopback only,
     and Python workers on this interpreter (so they import the same packages). ``local_dir``:
     Spark's scratch space (block manager, shuffle), so a killed driver leaves its files in a
     folder of ours rather than in /tmp. ``java_options``: extra JVM options of the driver and
-    executors (e.g. C1 only and the serial collector: a faster start on a small machine)."""
+    executors (e.g. C1 only and the serial collector: a faster start on a small machine).
+    ``class_archive``: the driver maps Spark's classes from this archive when it exists
+    (:mod:`spark_streaming.class_archive`)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # The data-source planner process ignores spark.pyspark.python: name the interpreter here.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -63,8 +69,10 @@ def spark_session(
     if local_dir is not None:
         os.makedirs(local_dir, exist_ok=True)
         builder = builder.config("spark.local.dir", local_dir)
+    driver_options = f"{java_options} {archive_options(class_archive)}".strip()
+    if driver_options:  # (an executor on a cluster has another class path: no archive there)
+        builder = builder.config("spark.driver.extraJavaOptions", driver_options)
     if java_options:
-        builder = builder.config("spark.driver.extraJavaOptions", java_options)
         builder = builder.config("spark.executor.extraJavaOptions", java_options)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)

@@ -2,4 +2,9 @@
 `tributary` child through ``TRIBUTARY_SPARK_JAVA_OPTIONS``): C1 only and the serial collector.
 On two cores busy with other JVMs such a driver starts in about half the time."""
 
+from spark_streaming.class_archive import default_archive
+
 SPARK_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+# The class-data archive `make setup` writes (drivers start without it when it is missing).
+SPARK_CLASS_ARCHIVE = default_archive()

@@ -17,7 +17,7 @@ from connectors.stores.base import CommitHooks
 from spark_streaming.session import spark_session
 from spark_streaming.view_job import JobOptions, ViewJob
 from tests.integration.analytics.lab import lab_config, views_by_job
-from tests.jvm import SPARK_JAVA_OPTIONS
+from tests.jvm import SPARK_CLASS_ARCHIVE, SPARK_JAVA_OPTIONS
 
 
 def main(raw: str) -> None:
@@ -31,6 +31,7 @@ def main(raw: str) -> None:
         driver_memory="1g",
         local_dir=cfg["local_dir"],
         java_options=SPARK_JAVA_OPTIONS,
+        class_archive=SPARK_CLASS_ARCHIVE,
     )
     options = JobOptions(
         checkpoint_root=Path(cfg["checkpoint_root"]),

@@ -14,7 +14,7 @@ from spark_streaming.session import spark_session
 from spark_streaming.views import ViewsConfig
 from tests.integration.conftest import Endpoints
 from tests.integration.spark_streaming.changefeed import ChangeFeed
-from tests.jvm import SPARK_JAVA_OPTIONS
+from tests.jvm import SPARK_CLASS_ARCHIVE, SPARK_JAVA_OPTIONS
 
 
 @pytest.fixture(scope="session")
@@ -26,6 +26,7 @@ def spark(stack: Endpoints) -> Iterator[Any]:
         driver_memory="1g",
         local_dir=scratch,
         java_options=SPARK_JAVA_OPTIONS,
+        class_archive=SPARK_CLASS_ARCHIVE,
     )
     yield session
     session.stop()

@@ -17,7 +17,7 @@ from connectors.stores.base import CommitHooks
 from spark_streaming.session import spark_session
 from spark_streaming.view_job import BatchReport, ViewJob
 from spark_streaming.views import ViewsConfig, configured_views
-from tests.jvm import SPARK_JAVA_OPTIONS
+from tests.jvm import SPARK_CLASS_ARCHIVE, SPARK_JAVA_OPTIONS
 
 
 def main(raw: str) -> None:
@@ -61,6 +61,7 @@ def main(raw: str) -> None:
         conf={"spark.executor.memory": "512m", "spark.cores.max": "2"},
         local_dir=str(Path(cfg["checkpoint_root"]).parent / "spark-scratch"),
         java_options=SPARK_JAVA_OPTIONS,
+        class_archive=SPARK_CLASS_ARCHIVE,
     )
     job = ViewJob(
         spark,
