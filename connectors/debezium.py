@@ -13,10 +13,12 @@ as is), since a Connect connector has one value converter.
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from connectors.postgres import PostgresConfig, SourceColumn
-from connectors.stores.pg_tables import Encoding
+
+if TYPE_CHECKING:  # (psycopg, which it imports, is not needed in Spark's Python workers)
+    from connectors.stores.pg_tables import Encoding
 
 ChangeFormat = Literal["json", "avro"]
 AVRO_CONVERTER = "io.confluent.connect.avro.AvroConverter"
@@ -328,7 +330,7 @@ def _regex_escape(table: str) -> str:
     return table.replace(".", "\\.")
 
 
-def debezium_encoding(column: SourceColumn) -> Encoding:
+def debezium_encoding(column: SourceColumn) -> "Encoding":
     """How Debezium's PostgreSQL connector writes this column's values in JSON (with
     ``time.precision.mode=adaptive_time_microseconds``, ``decimal.handling.mode=string``,
     ``interval.handling.mode=numeric``, ``binary.handling.mode=bytes``)."""

@@ -16,6 +16,7 @@ project's connector settings: ``decimal.handling.mode=string``,
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -23,7 +24,6 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from connectors.debezium import debezium_encoding
 from connectors.postgres import SourceColumn
-from connectors.stores.pg_tables import TypedColumn, TypedTable
 from projections.folding import (
     emit,
     folded_batch,
@@ -32,6 +32,9 @@ from projections.folding import (
     records_table,
     rejections,
 )
+
+if TYPE_CHECKING:  # (the table's module imports psycopg, which Spark's workers do not need)
+    from connectors.stores.pg_tables import TypedTable
 
 ROWS = "rows"
 _OPS = {"c", "u", "d", "r"}
@@ -214,10 +217,11 @@ def mirror_table(
     table: str,
     catalog: Callable[[], Sequence[SourceColumn]],
     collection: str = ROWS,
-) -> TypedTable:
+) -> "TypedTable":
     """The mirror's typed layout: the source's columns, types and primary key, read from the
     source's catalog when the store first needs them, and again whenever a change carries a
     column the mirror lacks."""
+    from connectors.stores.pg_tables import TypedColumn, TypedTable
 
     def layout() -> TypedTable:
         columns = catalog()

@@ -23,16 +23,13 @@ view layer's exactly-once ledger) writing PostgreSQL tables services read and a 
 The lateness rule, device-clock correction and watermarks: :mod:`projections.time`.
 """
 
-from examples.social.analytics.alerts import alerts_view
-from examples.social.analytics.common import AnalyticsConfig
-from examples.social.analytics.corrected import corrected_view
-from examples.social.analytics.ctr import ctr_view
-from examples.social.analytics.likes import likes_view
-from examples.social.analytics.sessions import sessions_view
-from examples.social.analytics.windows import approx_view, hashtags_view, trending_view
-from projections.time import Lateness
-from projections.view import View
-from spark_streaming.views import ViewsConfig
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from examples.social.analytics.common import AnalyticsConfig
+    from projections.view import View
+    from spark_streaming.views import ViewsConfig
 
 __all__ = [
     "AnalyticsConfig",
@@ -49,20 +46,42 @@ __all__ = [
     "trending_view",
 ]
 
+# Each job's module, imported when first asked for: Spark's Python workers unpickle one job's
+# functions and should not import every job with them.
+_LAZY = {
+    "AnalyticsConfig": "examples.social.analytics.common",
+    "corrected_view": "examples.social.analytics.corrected",
+    "hashtags_view": "examples.social.analytics.windows",
+    "trending_view": "examples.social.analytics.windows",
+    "sessions_view": "examples.social.analytics.sessions",
+    "ctr_view": "examples.social.analytics.ctr",
+    "likes_view": "examples.social.analytics.likes",
+    "alerts_view": "examples.social.analytics.alerts",
+    "approx_view": "examples.social.analytics.windows",
+}
 JOBS = (
-    corrected_view,
-    hashtags_view,
-    trending_view,
-    sessions_view,
-    ctr_view,
-    likes_view,
-    alerts_view,
-    approx_view,
+    "corrected_view",
+    "hashtags_view",
+    "trending_view",
+    "sessions_view",
+    "ctr_view",
+    "likes_view",
+    "alerts_view",
+    "approx_view",
 )
 
 
-def analytics_config(config: ViewsConfig) -> AnalyticsConfig:
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def analytics_config(config: "ViewsConfig") -> "AnalyticsConfig":
     """The analytics jobs' configuration from the views' configuration."""
+    from examples.social.analytics.common import AnalyticsConfig
+    from projections.time import Lateness
+
     return AnalyticsConfig(
         kafka=config.kafka,
         dsn=config.postgres_dsn,
@@ -78,10 +97,10 @@ def analytics_config(config: ViewsConfig) -> AnalyticsConfig:
     )
 
 
-def analytics_views(config: AnalyticsConfig) -> list[View]:
-    return [job(config) for job in JOBS]
+def analytics_views(config: "AnalyticsConfig") -> "list[View]":
+    return [__getattr__(job)(config) for job in JOBS]
 
 
-def social_analytics(config: ViewsConfig) -> list[View]:
+def social_analytics(config: "ViewsConfig") -> "list[View]":
     """Every social analytics job (a view factory: ``module:function``)."""
     return analytics_views(analytics_config(config))
