@@ -17,6 +17,8 @@ refused. In each micro-batch (``foreachBatch``):
 
 import shutil
 import sys
+import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -71,6 +73,7 @@ class BatchReport:
 
 PY4J_ERROR = "Py4JJavaError"
 SUMMARY_CHARS = 1500
+WARM_UP_RECORDS = 200  # records a standby folds (and drops) to start Spark's Python processes
 
 BatchFunction = Callable[[Any, int], None]
 
@@ -254,13 +257,7 @@ class ViewJob:
         # records are dropped at the source, before the fold - unless the fold keeps state,
         # which the re-run batch must rebuild (the stores then skip its output).
         skip = {} if self.view.stateful else resume
-        if isinstance(self.view.fold, PartitionFold):
-            stream = folded_stream(self.spark, options, self.view.fold, skip)
-        elif self.view.decode is not None:
-            decoded = folded_stream(self.spark, options, self.view.decode, skip)
-            stream = self.view.fold(decoded)
-        else:
-            stream = self.view.fold(records_stream(self.spark, options, skip))
+        stream = self._folded(options, skip)
         writer = (
             stream.writeStream.queryName(f"{self.view.name}.{self.generation}")
             .outputMode(self.view.output_mode)
@@ -272,6 +269,47 @@ class ViewJob:
         else:
             writer = writer.trigger(processingTime=f"{self.options.trigger_interval_s} seconds")
         return writer.start()
+
+    def _folded(self, options: dict[str, str], skip: Offsets) -> Any:
+        """The view's streaming DataFrame: its topics read with ``options``, folded."""
+        if isinstance(self.view.fold, PartitionFold):
+            return folded_stream(self.spark, options, self.view.fold, skip)
+        if self.view.decode is not None:
+            decoded = folded_stream(self.spark, options, self.view.decode, skip)
+            return self.view.fold(decoded)
+        return self.view.fold(records_stream(self.spark, options, skip))
+
+    def warm_up(self, records: int = WARM_UP_RECORDS, timeout_s: float = 120.0) -> int:
+        """Run the view's read and fold over the first ``records`` of its topics and drop the
+        result (no store is written; the checkpoint is thrown away). Spark's Python processes
+        start and import the fold, so the first batch of the real query runs warm: a standby
+        warms up before it waits for the lease. Returns the rows the fold made."""
+        made: list[int] = []
+        done = threading.Event()
+
+        def batch(folded: Any, _batch_id: int) -> None:
+            made.append(len(folded.toArrow()))
+            done.set()
+
+        options = {**self.source_options("earliest"), "maxOffsetsPerTrigger": str(records)}
+        with tempfile.TemporaryDirectory(prefix=f"tributary-warm-{self.view.name}-") as folder:
+            query = (
+                self._folded(options, {})
+                .writeStream.queryName(f"{self.view.name}.warm-up")
+                .outputMode(self.view.output_mode)
+                .option("checkpointLocation", folder)
+                .foreachBatch(batch)
+                .trigger(availableNow=True)
+                .start()
+            )
+            try:
+                began = time.monotonic()
+                while not done.wait(0.1) and query.isActive:
+                    if time.monotonic() - began > timeout_s:
+                        break
+            finally:
+                query.stop()
+        return sum(made)
 
     def _check_state(self, commits: list[Any]) -> None:
         """A stateful view's checkpoint holds its state: if it is gone (or disagrees with the
