@@ -22,29 +22,21 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cdc.checked import CheckedTopics
-from cdc.completeness import (
-    EventsReport,
-    TableReport,
-    compare_events,
-    compare_table,
-    repair_table,
-    republish_events,
-)
-from infra.settings import Settings
-from infra.views import views_config
-from spark_streaming.status import view_statuses
-from spark_streaming.views import configured_views
+# The checks' modules (drivers, the views' definitions) are imported where verify and repair
+# run: `tributary status` reads the last result (:func:`read_last`) and starts fast.
+if TYPE_CHECKING:
+    from cdc.completeness import EventsReport, TableReport
+    from infra.settings import Settings
 
 
 @dataclass
 class VerifyReport:
     """What verify found; ``ok`` when nothing is missing, stale or wrong."""
 
-    tables: list[TableReport] = field(default_factory=list)
-    events: EventsReport | None = None
+    tables: "list[TableReport]" = field(default_factory=list)
+    events: "EventsReport | None" = None
     views: dict[str, list[str]] = field(default_factory=dict)
     lag: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
@@ -73,14 +65,20 @@ class VerifyReport:
         }
 
 
-def captured_tables(s: Settings) -> list[str]:
+def captured_tables(s: "Settings") -> list[str]:
     """The tables CDC mirrors raw into ``<prefix>.<schema>.<table>`` (not the outbox)."""
     return [t for t in s.cdc_tables if t != s.cdc_outbox_table]
 
 
-def verify(s: Settings, *, views: bool = True, full: bool = False) -> VerifyReport:
+def verify(s: "Settings", *, views: bool = True, full: bool = False) -> VerifyReport:
     """Compare the source of truth with the topics (and, with ``views``, with each view).
     The topics are read since the last verify's checkpoints; with ``full``, whole."""
+    from cdc.checked import CheckedTopics
+    from cdc.completeness import compare_events, compare_table
+    from infra.views import views_config
+    from spark_streaming.status import view_statuses
+    from spark_streaming.views import configured_views
+
     report = VerifyReport()
     db, kafka = s.postgres(), s.kafka("tributary-verify")
     checked = CheckedTopics(s.verify_state_dir)
@@ -113,8 +111,10 @@ def verify(s: Settings, *, views: bool = True, full: bool = False) -> VerifyRepo
     return report
 
 
-def repair(s: Settings, report: VerifyReport | None = None) -> dict[str, Any]:
+def repair(s: "Settings", report: VerifyReport | None = None) -> dict[str, Any]:
     """Repair what a verify found (one is run first when none is given)."""
+    from cdc.completeness import repair_table, republish_events
+
     report = report or verify(s, views=False)
     db, kafka = s.postgres(), s.kafka("tributary-repair")
     done: dict[str, Any] = {"tables": {}, "events_republished": 0}
@@ -137,7 +137,7 @@ class VerifyLoop(threading.Thread):
     """Runs verify every ``interval_s`` and keeps the last result in ``<home>/run/verify.json``
     (what `tributary status` shows)."""
 
-    def __init__(self, s: Settings, interval_s: float, stop: threading.Event) -> None:
+    def __init__(self, s: "Settings", interval_s: float, stop: threading.Event) -> None:
         super().__init__(name="verify", daemon=True)
         self.settings = s
         self.interval_s = interval_s
@@ -156,11 +156,11 @@ class VerifyLoop(threading.Thread):
             write_last(self.settings, result)
 
 
-def last_path(s: Settings) -> Path:
+def last_path(s: "Settings") -> Path:
     return s.home / "run" / "verify.json"
 
 
-def write_last(s: Settings, result: dict[str, Any]) -> None:
+def write_last(s: "Settings", result: dict[str, Any]) -> None:
     path = last_path(s)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -168,7 +168,7 @@ def write_last(s: Settings, result: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def read_last(s: Settings) -> dict[str, Any] | None:
+def read_last(s: "Settings") -> dict[str, Any] | None:
     try:
         loaded: dict[str, Any] = json.loads(last_path(s).read_text())
         return loaded

@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.kafka import KafkaConfig
 from connectors.postgres import compare_tables, table_columns
@@ -19,7 +19,9 @@ from connectors.stores.postgres import PostgresStore
 from projections.mirror import mirror_table
 from projections.view import View, per_partition
 from spark_streaming.errors import UnknownViewError
-from spark_streaming.view_job import JobOptions
+
+if TYPE_CHECKING:  # the job's modules import Spark: `tributary status` reads views without it
+    from spark_streaming.view_job import JobOptions
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,9 @@ class ViewsConfig:
     lateness_slack_s: float = 600.0
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def job_options(self, *, replay: bool = False, **overrides: Any) -> JobOptions:
+    def job_options(self, *, replay: bool = False, **overrides: Any) -> "JobOptions":
+        from spark_streaming.view_job import JobOptions
+
         values: dict[str, Any] = {
             "checkpoint_root": self.checkpoint_root,
             "max_offsets_per_trigger": self.replay_max_offsets_per_trigger

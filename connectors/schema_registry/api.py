@@ -17,12 +17,11 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
+from connectors.schema_registry.client import CONTENT_TYPE
 from connectors.schema_registry.errors import InvalidSchemaError, SchemaRegistryError
 from connectors.schema_registry.registry import ParsedSchema, SchemaRegistry
 
 log = logging.getLogger(__name__)
-
-CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 
 class RegistryResponse(Response):

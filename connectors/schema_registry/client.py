@@ -6,9 +6,12 @@ from urllib.parse import quote
 
 import httpx
 
-from connectors.schema_registry.api import CONTENT_TYPE
 from connectors.schema_registry.errors import RegistryUnavailableError, SchemaRegistryError
 from tributary.redact import redact_url
+
+#: The media type of Confluent's REST API: what a client sends and asks for, what a registry
+#: answers (defined here, not with the server: a client need not import the web framework).
+CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 
 class RegistryClient:

@@ -17,7 +17,7 @@ import pytest
 
 from connectors.kafka import KafkaConfig
 from connectors.kafka.reading import read_topic
-from connectors.schema_registry.api import CONTENT_TYPE
+from connectors.schema_registry.client import CONTENT_TYPE
 from connectors.schema_registry.store import DEFAULT_TOPIC
 from infra.stack.broker import BrokerService
 from infra.stack.isolated import free_port_block

@@ -23,7 +23,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from connectors.kafka import TopicAdmin, state_topic
 from connectors.kafka.reading import read_topic
 from connectors.schema_registry import store as store_module
-from connectors.schema_registry.api import CONTENT_TYPE
+from connectors.schema_registry.client import CONTENT_TYPE
 from connectors.schema_registry.store import KafkaSchemaLog, open_registry
 from tests.integration.conftest import Endpoints
 from tests.integration.schema_registry.serving import RunningRegistry

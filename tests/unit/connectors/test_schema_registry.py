@@ -9,8 +9,8 @@ from fastapi.testclient import TestClient
 
 from connectors.avro import AvroDecodeError, SchemaCache
 from connectors.schema_registry import MemoryLog, ParsedSchema, RegistryState, SchemaRegistry
-from connectors.schema_registry.api import CONTENT_TYPE, create_registry_app
-from connectors.schema_registry.client import RegistryClient
+from connectors.schema_registry.api import create_registry_app
+from connectors.schema_registry.client import CONTENT_TYPE, RegistryClient
 from connectors.schema_registry.errors import (
     IncompatibleSchemaError,
     InvalidSchemaError,
