@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,7 @@ PEOPLE = [
 ]  # fmt: skip
 TOPICS = ["kafka", "spark", "streams", "cdc", "debezium", "eventsourcing", "ddia", "joins"]
 COMMANDS = 300
+HTTP_CLIENTS = 8  # commands over HTTP in flight at once (each waits for its result)
 COMMAND_EXAMPLE = {"type": "CreatePost", "data": {"post_id": 7, "author_id": 1, "text": "hi"}}
 
 
@@ -237,11 +239,20 @@ def fill(demo: Demo, dsn: str) -> None:
         )
     rng.shuffle(commands)
     accepted = 0
-    with Live(progress_table(demo, dsn, 0, 0), console=console, refresh_per_second=2) as live:
+    over_http: list[Future[httpx.Response]] = []
+
+    def answered() -> int:
+        done = [f.result() for f in over_http if f.done()]
+        return sum(r.status_code == 200 and r.json().get("status") == "accepted" for r in done)
+
+    with (
+        Live(progress_table(demo, dsn, 0, 0), console=console, refresh_per_second=2) as live,
+        ThreadPoolExecutor(HTTP_CLIENTS, thread_name_prefix="demo-http") as http,
+    ):
         for n, (kind, data) in enumerate(commands, start=1):
-            if n % 10 == 0:  # every tenth command over HTTP, the rest through the topic
-                done = _post(demo, "/commands", {"type": kind, "data": data})
-                accepted += done.status_code == 200 and done.json().get("status") == "accepted"
+            if n % 10 == 0:  # every tenth command over HTTP (services send side by side)
+                command = {"type": kind, "data": data}
+                over_http.append(http.submit(_post, demo, "/commands", command))
             else:
                 client.send(
                     kind,
@@ -252,7 +263,9 @@ def fill(demo: Demo, dsn: str) -> None:
                 )
                 accepted += 1
             if n % 25 == 0:
-                live.update(progress_table(demo, dsn, n, accepted))
+                live.update(progress_table(demo, dsn, n, accepted + answered()))
+        wait([*over_http])
+        accepted += answered()
         posts = sum(1 for kind, _ in commands if kind == "CreatePost")
         # Lag 0 alone is not enough: a topic CDC has not created yet has no lag either.
         wait_for_demo(lambda: settled(demo, dsn, posts), 240, "the views to hold what was sent")
