@@ -34,7 +34,7 @@ $(VENV)/.installed: pyproject.toml
 # starts about 5 s sooner. Written once per venv (about a minute), again when pyspark changes.
 SPARK_ARCHIVE = $(VENV)/share/tributary/spark-classes.jsa
 $(SPARK_ARCHIVE): $(VENV)/.installed
-	$(BIN)/tributary spark-archive --force
+	$(BIN)/tributary spark-archive --force || echo "warning: no Spark class archive; drivers start without it"
 
 # The take-over test (kill -9 of the command processor, then of the views process, under load)
 # is not in the suite yet: on the loaded CI machine it has not passed (see `make takeover`).
