@@ -230,12 +230,15 @@ def command_data(name: str) -> st.SearchStrategy[dict[str, Any]]:
 
 
 command_ids = st.none() | st.sampled_from(["c-1", "c-2", "c-3"]) | texts | json_values
-envelopes = st.sampled_from(sorted(COMMANDS)).flatmap(
-    lambda name: st.fixed_dictionaries(
+# one strategy per command, built once (built in the flatmap, each draw built it again)
+ENVELOPE_OF = {
+    name: st.fixed_dictionaries(
         {"type": st.just(name), "data": command_data(name)},
         optional={"command_id": command_ids},
     )
-)
+    for name in COMMANDS
+}
+envelopes = st.sampled_from(sorted(COMMANDS)).flatmap(ENVELOPE_OF.__getitem__)
 odd_envelopes = st.fixed_dictionaries(
     {},
     optional={

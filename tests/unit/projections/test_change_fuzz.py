@@ -57,6 +57,10 @@ odd_values = st.one_of(
     st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
 )
 lsns = st.integers(1, 10**12)
+# Every strategy is built once, at module level: one built inside a composite is built (and
+# validated) again on every draw, which cost most of these tests' time.
+maybe_texts = st.none() | texts
+users = st.integers(1, 6)
 NO_USER_KEYS = [
     *(b"{}", b'{"id": null}', b'{"id": "7"}', b'{"id": 1.5}', b'{"id": true}'),
     *(b'{"id": [1]}', b'{"user": 3}', json.dumps({"id": 2**64}).encode()),
@@ -71,23 +75,31 @@ def envelope(op: Any, after: Any, source: Any, **more: Any) -> bytes:
     return json.dumps({"before": None, "after": after, "op": op, "source": source, **more}).encode()
 
 
+ROW_SHAPES = st.integers(0, 9)
+HUGE_SIZES = st.sampled_from([10_000, 200_000])
+TEXT_COLUMNS = st.sampled_from(["handle", "display_name", "bio"])
+
+
 @st.composite
-def user_rows(draw: Any, user: int) -> dict[str, Any]:
+def user_fields(draw: Any) -> dict[str, Any]:
+    """A user row but its id (``{"id": user, **fields}`` is the row)."""
     row: dict[str, Any] = {
-        "id": user,
         "handle": draw(texts),
-        "display_name": draw(st.none() | texts),
-        "bio": draw(st.none() | texts),
+        "display_name": draw(maybe_texts),
+        "bio": draw(maybe_texts),
         "updated_at": "2026-01-01T00:00:00Z",
     }
-    shape = draw(st.integers(0, 9))
+    shape = draw(ROW_SHAPES)
     if shape == 0:
-        row["bio"] = "b" * draw(st.sampled_from([10_000, 200_000]))  # a huge row
+        row["bio"] = "b" * draw(HUGE_SIZES)  # a huge row
     elif shape == 1:  # a text column that is not text: the mirror's table decides
-        row[draw(st.sampled_from(["handle", "display_name", "bio"]))] = draw(odd_values)
+        row[draw(TEXT_COLUMNS)] = draw(odd_values)
     elif shape == 2:
         row["extra"] = draw(odd_values)  # a column the view does not know
     return row
+
+
+USER_FIELDS = user_fields()
 
 
 def untyped(row: dict[str, Any]) -> bool:
@@ -95,22 +107,26 @@ def untyped(row: dict[str, Any]) -> bool:
     return any(not isinstance(row[n], str | None) for n in ("handle", "display_name", "bio"))
 
 
+CHANGE_KINDS = st.sampled_from(["c", "u", "r", "incremental", "d"])
+TOMBSTONES = st.sampled_from(["none", "with lsn", "without lsn"])
+
+
 @st.composite
 def valid_changes(draw: Any) -> list[Change]:
-    user = draw(st.integers(1, 6))
+    user = draw(users)
     lsn = draw(lsns)
     header = (("lsn", str(lsn).encode()),)
-    kind = draw(st.sampled_from(["c", "u", "r", "incremental", "d"]))
+    kind = draw(CHANGE_KINDS)
     if kind == "d":
         value = envelope("d", None, {"lsn": lsn}, before={"id": user})
         out = [Change(key_of(user), value, header, "delete", user, lsn)]
-        tombstone = draw(st.sampled_from(["none", "with lsn", "without lsn"]))
+        tombstone = draw(TOMBSTONES)
         if tombstone == "with lsn":
             out.append(Change(key_of(user), None, header, "delete", user, lsn))
         elif tombstone == "without lsn":
             out.append(Change(key_of(user), None, (), "ignored"))
         return out
-    row = draw(user_rows(user))
+    row = {"id": user, **draw(USER_FIELDS)}
     if kind == "incremental":  # incremental-snapshot reads carry [lastCommitLsn, lsn]
         source: dict[str, Any] = {"sequence": json.dumps([str(max(lsn - 7, 0)), str(lsn)])}
         value = envelope("r", row, source)
@@ -120,53 +136,6 @@ def valid_changes(draw: Any) -> list[Change]:
     return [Change(key_of(user), value, header, "put", user, lsn, row, untyped(row))]
 
 
-@st.composite
-def poison(draw: Any) -> Change:
-    user = draw(st.integers(1, 6))
-    good_source = {"lsn": draw(lsns)}
-    row = {"id": user, "handle": "h"}
-    kind = draw(st.integers(0, 15))
-    key: bytes | None = key_of(user)
-    if kind == 0:
-        value = b"\x00\x00\x00\x00\x01" + draw(st.binary(max_size=20))  # Avro-looking bytes
-    elif kind == 1:
-        value = draw(st.binary(min_size=1, max_size=30).filter(not_a_json_object))
-    elif kind == 2:
-        value = json.dumps(draw(st.none() | st.integers() | st.lists(st.integers()))).encode()
-    elif kind == 3:
-        whole = envelope("c", row, good_source)
-        value = whole[: draw(st.integers(0, len(whole) - 1))] or b" "  # cut short
-    elif kind == 4:
-        value = envelope(
-            draw(st.sampled_from([None, "x", "", "t", "m", 5, ["c"]])), row, good_source
-        )
-    elif kind == 5:
-        value = envelope("c", row, draw(st.sampled_from([None, "x", 5, [1], {}, {"lsn": None}])))
-    elif kind == 6:
-        wrong = draw(st.sampled_from(["abc", "1.5", 1.5, True, 2**64, -(2**64), [1], {"a": 1}]))
-        value = envelope("u", row, {"lsn": wrong})
-    elif kind == 7:
-        value = envelope("c", row, {"sequence": draw(st.sampled_from(["nope", "[]", "{}", "5"]))})
-    elif kind == 8:
-        value = envelope(draw(st.sampled_from(["c", "u", "r"])), None, good_source)
-    elif kind == 9:
-        value = envelope("u", draw(st.sampled_from([[1], 5, "row", True])), good_source)
-    elif kind == 10:
-        key, value = None, envelope("c", row, good_source)
-    elif kind == 11:
-        key, value = None, None  # a tombstone without a key
-    elif kind == 12:
-        key = draw(st.sampled_from([b"", b"nope", b"[1]", b"7", b"\x00\x01", b'{"id": 1']))
-        value = envelope("c", row, good_source)
-    elif kind == 13:
-        value = b"x" * 300_000  # huge and not JSON
-    else:  # keys that are JSON objects but name no user: poison for the social folds only
-        key = draw(st.sampled_from(NO_USER_KEYS))
-        value = envelope("c", {**row, "id": 0}, good_source)
-        return Change(key, value, (), "poison", social_only=True)
-    return Change(key, value, (), "poison")
-
-
 def not_a_json_object(raw: bytes) -> bool:
     try:
         return not isinstance(json.loads(raw), dict)
@@ -174,14 +143,79 @@ def not_a_json_object(raw: bytes) -> bool:
         return True
 
 
+POISON_KINDS = st.integers(0, 15)
+AVRO_TAILS = st.binary(max_size=20)
+NOT_JSON_OBJECTS = st.binary(min_size=1, max_size=30).filter(not_a_json_object)
+JSON_NOT_OBJECTS = st.none() | st.integers() | st.lists(st.integers())
+BAD_OPS = st.sampled_from([None, "x", "", "t", "m", 5, ["c"]])
+BAD_SOURCES = st.sampled_from([None, "x", 5, [1], {}, {"lsn": None}])
+BAD_LSNS = st.sampled_from(["abc", "1.5", 1.5, True, 2**64, -(2**64), [1], {"a": 1}])
+BAD_SEQUENCES = st.sampled_from(["nope", "[]", "{}", "5"])
+ROW_OPS = st.sampled_from(["c", "u", "r"])
+BAD_AFTERS = st.sampled_from([[1], 5, "row", True])
+BAD_KEYS = st.sampled_from([b"", b"nope", b"[1]", b"7", b"\x00\x01", b'{"id": 1'])
+NO_USER_KEY_CHOICES = st.sampled_from(NO_USER_KEYS)
+
+
+@st.composite
+def poison(draw: Any) -> Change:
+    user = draw(users)
+    good_source = {"lsn": draw(lsns)}
+    row = {"id": user, "handle": "h"}
+    kind = draw(POISON_KINDS)
+    key: bytes | None = key_of(user)
+    if kind == 0:
+        value = b"\x00\x00\x00\x00\x01" + draw(AVRO_TAILS)  # Avro-looking bytes
+    elif kind == 1:
+        value = draw(NOT_JSON_OBJECTS)
+    elif kind == 2:
+        value = json.dumps(draw(JSON_NOT_OBJECTS)).encode()
+    elif kind == 3:
+        whole = envelope("c", row, good_source)
+        value = whole[: draw(st.integers(0, len(whole) - 1))] or b" "  # cut short
+    elif kind == 4:
+        value = envelope(draw(BAD_OPS), row, good_source)
+    elif kind == 5:
+        value = envelope("c", row, draw(BAD_SOURCES))
+    elif kind == 6:
+        value = envelope("u", row, {"lsn": draw(BAD_LSNS)})
+    elif kind == 7:
+        value = envelope("c", row, {"sequence": draw(BAD_SEQUENCES)})
+    elif kind == 8:
+        value = envelope(draw(ROW_OPS), None, good_source)
+    elif kind == 9:
+        value = envelope("u", draw(BAD_AFTERS), good_source)
+    elif kind == 10:
+        key, value = None, envelope("c", row, good_source)
+    elif kind == 11:
+        key, value = None, None  # a tombstone without a key
+    elif kind == 12:
+        key = draw(BAD_KEYS)
+        value = envelope("c", row, good_source)
+    elif kind == 13:
+        value = b"x" * 300_000  # huge and not JSON
+    else:  # keys that are JSON objects but name no user: poison for the social folds only
+        key = draw(NO_USER_KEY_CHOICES)
+        value = envelope("c", {**row, "id": 0}, good_source)
+        return Change(key, value, (), "poison", social_only=True)
+    return Change(key, value, (), "poison")
+
+
+VALID_CHANGES = valid_changes()
+POISON = poison()
+POISON_FOR_EVERY_FOLD = POISON.filter(lambda c: not c.social_only)
+VALID_COUNTS = st.integers(0, 12)
+POISON_COUNTS = st.integers(1, 6)
+
+
 @st.composite
 def streams(draw: Any, with_key_poison: bool = True) -> list[Change]:
     """A partition's records: valid changes with poison interleaved (at least one poison)."""
     out: list[Change] = []
-    for _ in range(draw(st.integers(0, 12))):
-        out += draw(valid_changes())
-    for _ in range(draw(st.integers(1, 6))):
-        bad = draw(poison().filter(lambda c: with_key_poison or not c.social_only))
+    for _ in range(draw(VALID_COUNTS)):
+        out += draw(VALID_CHANGES)
+    for _ in range(draw(POISON_COUNTS)):
+        bad = draw(POISON if with_key_poison else POISON_FOR_EVERY_FOLD)
         out.insert(draw(st.integers(0, len(out))), bad)
     return out
 

@@ -28,56 +28,57 @@ json_values = st.recursive(
 )
 
 
+# Every strategy is built once, here: a strategy built inside a composite is built (and
+# validated) again on every draw, which cost most of these tests' time.
+OPS = st.sampled_from(["c", "u", "d", "r", "t", "x", None])
+AFTERS = st.one_of(st.none(), st.dictionaries(st.sampled_from(["id", "v"]), json_values))
+SOURCES = st.one_of(
+    st.fixed_dictionaries({"lsn": st.integers(0, 10**6)}),
+    st.fixed_dictionaries({"lsn": st.text(max_size=4)}),
+    st.fixed_dictionaries({"sequence": st.text(max_size=10)}),
+    json_values,
+)
+CHOICES = st.integers(0, 9)
+GARBAGE = st.binary(max_size=40)
+
+
 @st.composite
 def envelopes(draw: Any) -> bytes | None:
     """Debezium-looking envelopes, some broken in every way a value can be."""
-    choice = draw(st.integers(0, 9))
+    choice = draw(CHOICES)
     if choice == 0:
         return None  # a tombstone
     if choice == 1:
-        return draw(st.binary(max_size=40))
+        return draw(GARBAGE)
     if choice == 2:
         return json.dumps(draw(json_values)).encode()
-    envelope: dict[str, Any] = {
-        "op": draw(st.sampled_from(["c", "u", "d", "r", "t", "x", None])),
-        "after": draw(
-            st.one_of(st.none(), st.dictionaries(st.sampled_from(["id", "v"]), json_values))
-        ),
-        "source": draw(
-            st.one_of(
-                st.fixed_dictionaries({"lsn": st.integers(0, 10**6)}),
-                st.fixed_dictionaries({"lsn": st.text(max_size=4)}),
-                st.fixed_dictionaries({"sequence": st.text(max_size=10)}),
-                json_values,
-            )
-        ),
-    }
+    envelope: dict[str, Any] = {"op": draw(OPS), "after": draw(AFTERS), "source": draw(SOURCES)}
     text = json.dumps(envelope)
     if choice == 9:
         text = text.replace(",", ",\n", 1)  # a value spread over lines
     return text.encode()
 
 
+ENVELOPES = envelopes()
+LENGTHS = st.integers(1, 25)
+KEYS = st.one_of(
+    st.builds(lambda i: json.dumps({"id": i}).encode(), st.integers(0, 5)),
+    st.none(),
+    st.binary(max_size=6),
+)
+HEADERS = st.one_of(
+    st.just([]),
+    st.builds(lambda n: [{"key": "lsn", "value": str(n).encode()}], st.integers(0, 10**6)),
+)
+
+
 @st.composite
 def records(draw: Any) -> list[dict[str, Any]]:
     out = []
-    for offset in range(draw(st.integers(1, 25))):
-        key = draw(
-            st.one_of(
-                st.builds(lambda i: json.dumps({"id": i}).encode(), st.integers(0, 5)),
-                st.none(),
-                st.binary(max_size=6),
-            )
-        )
-        value = draw(envelopes())
-        headers = draw(
-            st.one_of(
-                st.just([]),
-                st.builds(
-                    lambda n: [{"key": "lsn", "value": str(n).encode()}], st.integers(0, 10**6)
-                ),
-            )
-        )
+    for offset in range(draw(LENGTHS)):
+        key = draw(KEYS)
+        value = draw(ENVELOPES)
+        headers = draw(HEADERS)
         out.append(
             {
                 "key": key,
