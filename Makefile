@@ -7,6 +7,9 @@ PYTEST_ARGS ?=
 # The suite runs in two processes (pytest-xdist), each with its own local stack; every test that
 # starts Spark runs in one of them, one after another (tests/scheduling.py).
 TEST_WORKERS ?= 2
+# Spark drivers map their classes from this archive (spark_streaming/class_archive.py): each
+# starts about 5 s sooner. Written once per venv (about a minute), again when pyspark changes.
+SPARK_ARCHIVE = $(VENV)/share/tributary/spark-classes.jsa
 
 .PHONY: setup system-packages test unit integration lint demo bench chaos takeover clean
 
@@ -30,11 +33,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $@
 
-# Spark drivers map their classes from this archive (spark_streaming/class_archive.py): each
-# starts about 5 s sooner. Written once per venv (about a minute), again when pyspark changes.
-SPARK_ARCHIVE = $(VENV)/share/tributary/spark-classes.jsa
 $(SPARK_ARCHIVE): $(VENV)/.installed
-	$(BIN)/tributary spark-archive --force || echo "warning: no Spark class archive; drivers start without it"
+	TRIBUTARY_SPARK_JAVA_OPTIONS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" $(BIN)/tributary spark-archive --force || echo "warning: no Spark class archive; drivers start without it"
 
 # The take-over test (kill -9 of the command processor, then of the views process, under load)
 # is not in the suite yet: on the loaded CI machine it has not passed (see `make takeover`).
