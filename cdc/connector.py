@@ -62,6 +62,7 @@ class ConnectorRuntime:
     state_dir: Path
     log_dir: Path
     topic_partitions: int = 1
+    java_options: str = ""  # extra options of the engine's JVM (e.g. C1 only, on a small box)
 
     def status_file(self, name: str) -> Path:
         return self.state_dir / f"{name}.status.json"
@@ -90,7 +91,7 @@ class CdcConnector:
             LOG4J.format(log_file=self.runtime.log_dir / f"debezium-{self.config.name}.log")
         )
         # -Xrs: leave SIGTERM/SIGINT to Python so a stop request closes the engine cleanly.
-        return ["-Xrs", f"-Dlog4j2.configurationFile={log4j}"]
+        return ["-Xrs", f"-Dlog4j2.configurationFile={log4j}", *self.runtime.java_options.split()]
 
     def _recover_lost_slot(self) -> bool:
         """A slot PostgreSQL invalidated (it held back more WAL than ``max_slot_wal_keep_size``

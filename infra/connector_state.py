@@ -19,6 +19,7 @@ def cdc_runtime(s: "Settings") -> "ConnectorRuntime":
         state_dir=s.cdc_state_dir.resolve(),
         log_dir=(s.home / "logs").resolve(),
         topic_partitions=s.cdc_topic_partitions,
+        java_options=s.cdc_java_options,
     )
 
 

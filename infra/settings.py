@@ -526,6 +526,12 @@ class Settings(BaseSettings):
         " extraJavaOptions), e.g. `-XX:TieredStopAtLevel=1 -XX:+UseSerialGC`: on a small"
         " machine a driver then starts in about half the time (the test suite uses them).",
     )
+    cdc_java_options: str = Field(
+        "",
+        description="Extra JVM options of the CDC part's Debezium engine, e.g."
+        " `-XX:TieredStopAtLevel=1`: on a small machine its JVM then starts with less CPU (the"
+        " test suite uses it). The engine already runs G1: do not name another collector.",
+    )
     spark_class_archive: Path | None = Field(
         None,
         description="Class-data archive of the Spark driver's JVM (AppCDS), written by"

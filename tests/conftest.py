@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from tests.jvm import SPARK_JAVA_OPTIONS
+from tests.jvm import CDC_JAVA_OPTIONS, SPARK_JAVA_OPTIONS
 
 for _key in [
     k for k in os.environ if k.startswith("TRIBUTARY_") and not k.startswith("TRIBUTARY_TEST_")
@@ -12,6 +12,7 @@ for _key in [
     del os.environ[_key]
 
 os.environ["TRIBUTARY_SPARK_JAVA_OPTIONS"] = SPARK_JAVA_OPTIONS  # every `tributary` child's
+os.environ["TRIBUTARY_CDC_JAVA_OPTIONS"] = CDC_JAVA_OPTIONS
 
 
 def pytest_configure(config: pytest.Config) -> None:
