@@ -2,7 +2,8 @@
 of each concern together (commands, health, metrics, the dashboard, the views' queries; errors
 and auth)."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
@@ -60,10 +61,19 @@ def create_app(
         registry,
         overview,
     )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:  # the dashboard's sampler stops with the app, not at the process's end
+            overview.close()
+
     app = FastAPI(
         title="Tributary",
         version="0.1.0",
         description="Commands in (the event store's command bus), views out (their queries).",
+        lifespan=lifespan,
     )
     install_error_handlers(app)
     add_command_route(app, api)

@@ -310,3 +310,21 @@ def test_the_default_waiter_is_spark_streamings_view_waiter(
         # No view here reads events.post: there is nothing to wait for.
         waited = client.get("/notes/1", params={"min_position": "post/post-1@1", "timeout": 1})
         assert waited.status_code == 200 and waited.json()["id"] == 1
+
+
+def test_the_dashboards_sampler_stops_with_the_app(
+    stack: Endpoints, api_views: list[View], env: StoreEnv
+) -> None:
+    def samplers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "overview" and t.is_alive()]
+
+    before = set(samplers())
+    app = create_app(stack.settings, views=api_views, bus=env.bus())
+    with TestClient(app) as client:
+        assert client.get("/ui/state").status_code == 200
+        started = set(samplers()) - before
+        assert len(started) == 1  # the open dashboard is sampled in the background
+    deadline = time.monotonic() + 10
+    while started & set(samplers()):
+        assert time.monotonic() < deadline, "the sampler outlived the app"
+        time.sleep(0.1)

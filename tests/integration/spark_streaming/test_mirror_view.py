@@ -75,6 +75,23 @@ def test_mirror_equals_source_after_thousands_of_changes(
     assert_mirrors(feed, table)
 
 
+def test_a_warm_up_folds_the_head_of_the_topic_and_applies_nothing(
+    spark: Any, feed: ChangeFeed, views_config: ViewsConfig
+) -> None:
+    feed.run(400)
+    [spec] = configured_views(views_config).values()
+    job = ViewJob(spark, spec, views_config.kafka, views_config.job_options())
+    try:
+        rows = job.warm_up(records=50)
+    finally:
+        job.close()
+    assert 0 < rows <= 50  # the fold ran, over the first 50 records only
+    committed = spec.store.committed(spec.store.live_generation())
+    assert committed.batches == 0 and not committed.offsets  # the store got nothing
+    table = run_mirror(spark, views_config)  # the real query starts from offset zero
+    assert_mirrors(feed, table)
+
+
 def test_resending_old_cdc_records_changes_nothing(
     spark: Any, feed: ChangeFeed, views_config: ViewsConfig
 ) -> None:
