@@ -36,7 +36,10 @@ def main(raw: str) -> None:
     def pause_if(point: str) -> Callable[[int], None]:
         def hook(batch_id: int) -> None:
             if cfg.get("pause_at") == point and batch_id == pause_batch:
-                marker.write_text(f"{point} {batch_id}")
+                # written whole, then renamed: the test polls for the name and reads at once
+                partial = marker.with_suffix(".partial")
+                partial.write_text(f"{point} {batch_id}")
+                partial.replace(marker)
                 time.sleep(3600)
 
         return hook
