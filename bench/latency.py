@@ -21,7 +21,8 @@ waited on each other and on the sender for the interpreter lock, and the figures
 (results were seen later than the events they produced).
 
 Prints p50 / p95 / p99 / max per stage, each p50 as a ratio to the broker's, and the aim
-(p50 < 1 s, p99 < 2 s per view).
+(p50 < 1 s, p99 < 2 s per view); then, per view, the mean time of each of Spark's trigger phases
+and of the batches' fold and write, read from the views process's metrics at the end.
 """
 
 import argparse
@@ -174,6 +175,43 @@ def visible(history: list[Any], topic: str, partition: int, offset: int) -> floa
         if offsets.get(topic, {}).get(str(partition), -1) > offset:
             return float(when)
     return None
+
+
+def view_phases(settings: Settings) -> dict[str, dict[str, float]]:
+    """Per view, the mean seconds of each phase of its triggers (Spark's split) and of its
+    batches' fold and write, from the views process's metrics; {} when they cannot be read."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = f"http://127.0.0.1:{settings.views_metrics_port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    sums: dict[tuple[str, str], float] = {}
+    counts: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        label = {
+            "tributary_view_trigger_phase_seconds": "phase",
+            "tributary_view_batch_duration_seconds": "stage",
+        }.get(family.name)
+        if label is None:
+            continue
+        for sample in family.samples:
+            key = (sample.labels["view"], sample.labels[label])
+            if sample.name.endswith("_sum"):
+                sums[key] = sample.value
+            elif sample.name.endswith("_count"):
+                counts[key] = sample.value
+    means: dict[str, dict[str, float]] = {}
+    for (view, phase), count in counts.items():
+        if count:
+            means.setdefault(view, {})[phase] = sums.get((view, phase), 0.0) / count
+            if phase == "triggerExecution":
+                means[view]["n"] = count
+    return means
 
 
 class Recorders:
@@ -384,6 +422,7 @@ def bench(settings: Settings, kafka: KafkaConfig, topics: CommandTopics, args: A
             time.sleep(wait)
     print(f"sent in {time.monotonic() - started:.1f}s; waiting for the views to catch up")
     time.sleep(15)
+    phases = view_phases(settings)
     seen = recorders.stop()
     results, events, progress = seen["results"], seen["events"], seen["progress"]
 
@@ -433,6 +472,15 @@ def bench(settings: Settings, kafka: KafkaConfig, topics: CommandTopics, args: A
             f"{percentile(values, 0.99):>9.3f}{max(values):>9.3f}{ratio}"
         )
     print(f"aim per view: p50 < 1 s, p99 < 2 s (trigger interval {args.trigger:.1f} s)")
+    if phases:
+        names = ["latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets"]
+        names += ["triggerExecution", "fold", "write"]
+        print("\nwhere a view's trigger goes (mean s, from the views process's metrics):")
+        print(f"{'view':<22}{'n':>5}" + "".join(f"{n[:13]:>14}" for n in names))
+        for view, means in sorted(phases.items()):
+            count = int(means.pop("n", 0))
+            cells = "".join(f"{means.get(n, float('nan')):>14.3f}" for n in names)
+            print(f"{view:<22}{count:>5}{cells}")
 
 
 if __name__ == "__main__":

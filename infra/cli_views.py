@@ -73,6 +73,9 @@ def run_views(
         console.log(f"{part}: metrics at {endpoint.url}")
     spark = _spark(s, config)
     try:
+        from spark_streaming.progress import watch_trigger_phases
+
+        watch_trigger_phases(spark, batches.observe_phases)
         ViewRunner(
             spark,
             specs,

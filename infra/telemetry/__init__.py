@@ -10,8 +10,11 @@ The views process (:mod:`~infra.telemetry.batches`, from each micro-batch's repo
 (offsets read), ``tributary_view_rows_out_total{view}`` (folded rows written),
 ``tributary_view_dead_letters_total{view}``, ``tributary_view_batch_duration_seconds{view,stage}``
 (histogram; stage ``fold``: source read + fold + transfer, ``write``: the store's atomic apply),
-``tributary_view_last_batch_duration_seconds{view,stage}`` and
-``tributary_view_last_batch_timestamp_seconds{view}``.
+``tributary_view_last_batch_duration_seconds{view,stage}``,
+``tributary_view_last_batch_timestamp_seconds{view}`` and, from Spark's progress of each trigger
+(:mod:`spark_streaming.progress`), ``tributary_view_trigger_phase_seconds{view,phase}``
+(histogram; Spark's phases: ``latestOffset``, ``queryPlanning``, ``addBatch``, ``walCommit``,
+``commitOffsets``, ``triggerExecution``, ...).
 
 The command processor and ``serve`` (:mod:`~infra.telemetry.commands`, label ``entry`` =
 ``topic`` or ``http``): ``tributary_commands_total{entry,outcome}`` (accepted, rejected,

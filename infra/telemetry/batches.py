@@ -2,6 +2,7 @@
 (:class:`spark_streaming.view_job.BatchReport`, through the runner's ``on_batch``)."""
 
 import time
+from collections.abc import Mapping
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -72,6 +73,15 @@ class ViewBatchMetrics:
             ["view", "stage"],
             registry=registry,
         )
+        self.phases = Histogram(
+            "tributary_view_trigger_phase_seconds",
+            "Time of each trigger of the view's query by Spark's phase (durationMs of its"
+            " progress: latestOffset, queryPlanning, getBatch, addBatch, walCommit,"
+            " commitOffsets, and the whole: triggerExecution).",
+            ["view", "phase"],
+            buckets=BATCH_BUCKETS_S,
+            registry=registry,
+        )
         self.last_at = Gauge(
             "tributary_view_last_batch_timestamp_seconds",
             "When the view's last micro-batch ended (Unix time).",
@@ -91,3 +101,8 @@ class ViewBatchMetrics:
             self.duration.labels(view, stage).observe(seconds)
             self.last_duration.labels(view, stage).set(seconds)
         self.last_at.labels(view).set(time.time())
+
+    def observe_phases(self, view: str, phases: Mapping[str, float]) -> None:
+        """Record one trigger's phases (seconds), as :mod:`spark_streaming.progress` hears them."""
+        for phase, seconds in phases.items():
+            self.phases.labels(view, phase).observe(seconds)

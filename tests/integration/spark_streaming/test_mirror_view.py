@@ -1,12 +1,18 @@
 """The mirror view against a real broker, Spark and PostgreSQL."""
 
 import json
+import time
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
+from infra.telemetry.batches import ViewBatchMetrics
+from infra.telemetry.endpoint import part_registry
 from spark_streaming.dead_letters import REASON_HEADER, dlq_topic
 from spark_streaming.lag import view_group
+from spark_streaming.progress import watch_trigger_phases
 from spark_streaming.view_job import BatchReport, ViewJob
 from spark_streaming.views import ViewsConfig, configured_views
 from tests.integration.spark_streaming.changefeed import ChangeFeed, applied_counts, mirror_rows
@@ -163,3 +169,70 @@ def test_a_row_the_mirror_table_refuses_goes_to_the_dlq_and_the_view_moves_on(
     assert "invalid input syntax for type integer" in headers[REASON_HEADER]
     assert headers["tributary.source.topic"] == feed.topic
     assert json.loads(dead.value())["qty"] == "not a number"
+
+
+def test_each_trigger_is_timed_by_phase_for_the_views_metrics(
+    spark: Any, feed: ChangeFeed, views_config: ViewsConfig
+) -> None:
+    feed.run(300)  # about 350 records: several batches of 100
+    registry = part_registry()
+    metrics = ViewBatchMetrics(registry)
+    listener = watch_trigger_phases(spark, metrics.observe_phases)
+    [spec] = configured_views(views_config).values()
+    reports: list[BatchReport] = []
+    job = ViewJob(
+        spark,
+        spec,
+        views_config.kafka,
+        views_config.job_options(max_offsets_per_trigger=100),
+        on_batch=reports.append,
+    )
+    try:
+        assert job.warm_up(records=50) > 0  # a warm-up's query is no view's generation
+        query = job.start(available_now=True)
+        assert query.awaitTermination(300) and query.exception() is None
+        # Spark's listener bus delivers the progress events after the query's own thread.
+        deadline = time.monotonic() + 30
+        while phase_counts(registry, spec.name).get("triggerExecution", 0) < len(reports):
+            assert time.monotonic() < deadline, phase_counts(registry, spec.name)
+            time.sleep(0.2)
+    finally:
+        spark.streams.removeListener(listener)
+        job.close()
+    assert len(reports) >= 3
+    counts = phase_counts(registry, spec.name)
+    assert counts["triggerExecution"] == counts["addBatch"] == len(reports)
+    assert {"latestOffset", "queryPlanning", "walCommit", "commitOffsets"} <= set(counts)
+    sums = phase_sums(registry, spec.name)
+    # The foreachBatch body (fold and apply) is part of addBatch, which is part of the trigger.
+    assert sum(r.fold_s + r.write_s for r in reports) <= sums["addBatch"] + 0.01
+    assert sums["addBatch"] <= sums["triggerExecution"]
+    assert {labels["view"] for labels in phase_labels(registry)} == {spec.name}
+
+
+def phase_labels(registry: Any) -> list[dict[str, str]]:
+    return [
+        s.labels
+        for f in text_string_to_metric_families(generate_latest(registry).decode())
+        if f.name == "tributary_view_trigger_phase_seconds"
+        for s in f.samples
+        if s.name.endswith("_count")
+    ]
+
+
+def phase_values(registry: Any, view: str, suffix: str) -> dict[str, float]:
+    return {
+        s.labels["phase"]: s.value
+        for f in text_string_to_metric_families(generate_latest(registry).decode())
+        if f.name == "tributary_view_trigger_phase_seconds"
+        for s in f.samples
+        if s.name.endswith(suffix) and s.labels.get("view") == view
+    }
+
+
+def phase_counts(registry: Any, view: str) -> dict[str, float]:
+    return phase_values(registry, view, "_count")
+
+
+def phase_sums(registry: Any, view: str) -> dict[str, float]:
+    return phase_values(registry, view, "_sum")

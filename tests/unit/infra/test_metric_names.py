@@ -96,6 +96,7 @@ def views_process() -> CollectorRegistry:
     mirror = "mirror.public.users"
     metrics.observe(BatchReport(mirror, "g1", 4, 120, 80, 2, True, offsets, 0.4, 0.1))
     metrics.observe(BatchReport("timeline", "g1", 5, 0, 0, 0, False, offsets, 0.0, 0.0))
+    metrics.observe_phases(mirror, {"addBatch": 0.6, "latestOffset": 0.03, "triggerExecution": 0.8})
     return registry
 
 
@@ -175,6 +176,9 @@ def test_the_views_process_counts_records_batches_and_time_by_stage() -> None:
     stage = (("stage", "fold"), ("view", "mirror.public.users"))
     assert samples[("tributary_view_last_batch_duration_seconds", stage)] == 0.4
     assert samples[("tributary_view_batch_duration_seconds_count", stage)] == 1
+    phase = (("phase", "addBatch"), ("view", "mirror.public.users"))
+    assert samples[("tributary_view_trigger_phase_seconds_sum", phase)] == 0.6
+    assert samples[("tributary_view_trigger_phase_seconds_count", phase)] == 1
 
 
 def test_serve_shows_lag_dead_letters_and_verify_findings() -> None:
