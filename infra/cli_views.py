@@ -73,9 +73,6 @@ def run_views(
         console.log(f"{part}: metrics at {endpoint.url}")
     spark = _spark(s, config)
     try:
-        from spark_streaming.progress import watch_trigger_phases
-
-        watch_trigger_phases(spark, batches.observe_phases)
         ViewRunner(
             spark,
             specs,
@@ -85,6 +82,7 @@ def run_views(
             replay_options=config.job_options(replay=True),
             lease_for=lambda name: Lease(s.postgres().dsn, name),
             on_batch=batches.observe,
+            on_phases=batches.observe_phases,
             standby=standby,
         ).run(stop)
     finally:

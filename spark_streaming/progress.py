@@ -3,63 +3,34 @@
 Spark times every trigger of a streaming query by phase (``durationMs`` of its progress:
 ``latestOffset``, ``queryPlanning``, ``getBatch``, ``addBatch`` - the ``foreachBatch`` body,
 where the fold and the store's apply run -, ``walCommit``, ``commitOffsets`` and the whole,
-``triggerExecution``). A :class:`TriggerPhases` listener hands them, per view, to a callback
-(the views process's metrics), so an operator sees the same split a Spark user reads in
+``triggerExecution``). A view job reads its query's last progress when its next batch starts
+(a trigger's progress is complete only after the trigger) and hands the phases to a callback
+(the views process's metrics), so an operator sees the split a Spark user reads in
 ``query.lastProgress``.
+
+Read this way, not through a ``StreamingQueryListener``: a Python listener is called through
+the JVM for every event of every query (idle triggers included), and cost the views' JVM about
+an eighth of a core on the latency bench; one ``lastProgress`` per batch costs next to nothing.
 """
 
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pyspark.sql.streaming.listener import StreamingQueryListener
-
-__all__ = ["TriggerPhases", "view_of_query", "watch_trigger_phases"]
+__all__ = ["PhaseCallback", "trigger_phases"]
 
 PhaseCallback = Callable[[str, Mapping[str, float]], None]
-"""Called with the view's name and its trigger's phases in seconds."""
-
-WARM_UP_SUFFIX = ".warm-up"
+"""Called with the view's name and one trigger's phases in seconds."""
 
 
-def view_of_query(name: str | None) -> str | None:
-    """The view a query runs (its name is ``<view>.<generation>``), or None for a query that is
-    not a view's generation (unnamed, or a standby's warm-up)."""
-    if not name or name.endswith(WARM_UP_SUFFIX) or "." not in name:
-        return None
-    return name.rsplit(".", 1)[0]
-
-
-class TriggerPhases(StreamingQueryListener):
-    """A listener of the session's streaming queries: each progress of a view's query goes to
-    ``on_phases`` (exceptions are swallowed: metrics never stop a query)."""
-
-    def __init__(self, on_phases: PhaseCallback) -> None:
-        self.on_phases = on_phases
-
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:
-        progress = event.progress
-        view = view_of_query(progress.name)
-        if view is None:
-            return
-        try:
-            phases = {phase: ms / 1000 for phase, ms in dict(progress.durationMs).items()}
-            self.on_phases(view, phases)
-        except Exception:  # a metrics failure is not the query's
-            return
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        pass
-
-
-def watch_trigger_phases(spark: Any, on_phases: PhaseCallback) -> TriggerPhases:
-    """Register a :class:`TriggerPhases` listener on ``spark``'s queries; returns it (for
-    ``spark.streams.removeListener``)."""
-    listener = TriggerPhases(on_phases)
-    spark.streams.addListener(listener)
-    return listener
+def trigger_phases(progress: Mapping[str, Any] | None, after: int) -> tuple[int, dict[str, float]]:
+    """The batch id and phases (seconds) of ``progress`` (a query's ``lastProgress``) when it
+    is a trigger after batch ``after`` that ran a batch; else ``(after, {})``."""
+    if not progress:
+        return after, {}
+    batch_id = progress.get("batchId")
+    durations = progress.get("durationMs")
+    if not isinstance(batch_id, int) or batch_id <= after or not isinstance(durations, Mapping):
+        return after, {}
+    if "addBatch" not in durations:  # a trigger that found no new data ran no batch
+        return after, {}
+    return batch_id, {phase: float(ms) / 1000 for phase, ms in durations.items()}

@@ -12,6 +12,7 @@ from connectors.kafka import KafkaConfig
 from connectors.leases import LeaseHeldError
 from projections.view import View
 from spark_streaming.errors import CheckpointLostError
+from spark_streaming.progress import PhaseCallback
 from spark_streaming.replay import replay
 from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
 from tributary.backoff import Backoff
@@ -46,6 +47,7 @@ class ViewRunner:
         standby_poll_s: float = 0.25,
         on_batch: Callable[[BatchReport], None] | None = None,
         standby: bool = False,
+        on_phases: PhaseCallback | None = None,
     ) -> None:
         self.spark = spark
         self.kafka = kafka
@@ -58,6 +60,8 @@ class ViewRunner:
         self.standby_poll_s = standby_poll_s
         # Hears of every micro-batch of every view (e.g. the process's metrics).
         self.on_batch = on_batch
+        # Hears of each trigger's phases (Spark's split: spark_streaming.progress).
+        self.on_phases = on_phases
         # A standby process (`tributary run views-standby`) takes a view's lease only after
         # another process held it: started beside the primary, it never wins the race to it.
         self.standby = standby
@@ -127,7 +131,13 @@ class ViewRunner:
 
     def _job(self, spec: View) -> ViewJob:
         return ViewJob(
-            self.spark, spec, self.kafka, self.options, log=self.log, on_batch=self.on_batch
+            self.spark,
+            spec,
+            self.kafka,
+            self.options,
+            log=self.log,
+            on_batch=self.on_batch,
+            on_phases=self.on_phases,
         )
 
     def _failed(self, view: _Running, error: object) -> None:

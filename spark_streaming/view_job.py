@@ -41,6 +41,7 @@ from spark_streaming.checkpoint import (
 from spark_streaming.dead_letters import DeadLetterQueue
 from spark_streaming.errors import CheckpointLostError, StreamingError
 from spark_streaming.lag import LagCommitter
+from spark_streaming.progress import PhaseCallback, trigger_phases
 from spark_streaming.stream import folded_stream, records_stream
 
 
@@ -175,6 +176,7 @@ class ViewJob:
         hooks: CommitHooks | None = None,
         on_batch: Callable[[BatchReport], None] | None = None,
         log: Callable[[str], None] | None = None,
+        on_phases: PhaseCallback | None = None,
     ) -> None:
         self.spark = spark
         self.view = view
@@ -196,6 +198,10 @@ class ViewJob:
         # Lag tools see a live view as the consumer group tributary.view.<name>.
         self.lag = LagCommitter(kafka, view.name) if live else None
         self.on_batch = on_batch
+        # Hears of each trigger's phases, Spark's own split (read when the next batch starts).
+        self.on_phases = on_phases
+        self._query: Any = None
+        self._phased = -1  # the last batch whose phases were heard
         self.log = log or (lambda _line: None)
         self.reconciliation: Reconciliation | None = None
         self._committed: list[Offsets] = [{} for _ in self.writers]
@@ -268,7 +274,8 @@ class ViewJob:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{self.options.trigger_interval_s} seconds")
-        return writer.start()
+        self._query = writer.start()
+        return self._query
 
     def _folded(self, options: dict[str, str], skip: Offsets) -> Any:
         """The view's streaming DataFrame: its topics read with ``options``, folded."""
@@ -347,6 +354,7 @@ class ViewJob:
         batch_errors_in_brief(self._handle_batch, f"view {self.view.name}")(batch, batch_id)
 
     def _handle_batch(self, batch: Any, batch_id: int) -> None:
+        self._hear_phases()
         start, end = self._range(batch_id)
         if all(covers(committed, end) for committed in self._committed):
             if self.view.stateful:
@@ -393,6 +401,17 @@ class ViewJob:
             fold_s,
             write_s,
         )
+
+    def _hear_phases(self) -> None:
+        """Hand the last finished trigger's phases to ``on_phases`` (once per batch)."""
+        if self.on_phases is None or self._query is None:
+            return
+        try:
+            self._phased, phases = trigger_phases(self._query.lastProgress, self._phased)
+            if phases:
+                self.on_phases(self.view.name, phases)
+        except Exception as exc:  # metrics never stop a view
+            self.log(f"view {self.view.name}: trigger phases not read: {exc}")
 
     def _applied(self, end: Offsets) -> None:
         """The stores hold the batch: show it to lag tools (never read back)."""
