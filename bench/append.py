@@ -439,7 +439,7 @@ def database() -> Iterator[str]:
         yield url
         return
     from infra.stack import LocalStack
-    from tests.stackenv import isolated_settings
+    from infra.stack.isolated import isolated_settings
 
     settings = isolated_settings("tributary-bench-")
     stack = LocalStack(settings)

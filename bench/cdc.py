@@ -29,7 +29,7 @@ from cdc.slots import drop_publication, drop_slot
 from connectors.kafka import TopicAdmin
 from infra.settings import Settings
 from infra.stack import LocalStack
-from tests.stackenv import isolated_settings
+from infra.stack.isolated import isolated_settings
 
 ROWS = 50_000
 TX = 100
