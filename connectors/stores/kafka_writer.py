@@ -18,11 +18,12 @@ records past the bound, which readers never see and the next writer turns into h
 """
 
 import json
+import logging
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -31,7 +32,7 @@ from confluent_kafka import Message
 
 from connectors.errors import StoreError
 from connectors.stores.base import Collection, CommitHooks
-from connectors.stores.kafka import (
+from connectors.stores.kafka_ledger import (
     APPLIED_HEADER,
     BATCH_HEADER,
     GENERATION_HEADER,
@@ -42,7 +43,6 @@ from connectors.stores.kafka import (
     Deliveries,
     GenerationRecord,
     Ident,
-    KafkaStore,
     LedgerLog,
     PartitionRef,
     Range,
@@ -50,7 +50,6 @@ from connectors.stores.kafka import (
     hole_size,
     iter_ranges,
     ledger_key,
-    log,
     lookup_text,
     read_offsets,
 )
@@ -67,6 +66,11 @@ from connectors.stores.model import (
 from connectors.stores.positions import ENTRY, GONE, NONE, TOMB, PositionIndex
 from connectors.stores.protocol import BatchUnit, BatchWriter
 from connectors.stores.writes import WriteColumns, entry_texts, guard
+
+if TYPE_CHECKING:
+    from connectors.stores.kafka import KafkaStore
+
+log = logging.getLogger(__name__)
 
 # -- the writer's state and the materializer's transaction -------------------------------
 
@@ -241,7 +245,7 @@ class KafkaTxn:
     writes first, then the committed state (an entry's fields read from its record, or the
     writer's cache); nothing reaches Kafka until the writer produces :meth:`changes`."""
 
-    def __init__(self, store: KafkaStore, writer: "KafkaWriter", state: WriterState) -> None:
+    def __init__(self, store: "KafkaStore", writer: "KafkaWriter", state: WriterState) -> None:
         self.store = store
         self.writer = writer
         self.state = state
@@ -423,7 +427,7 @@ class KafkaWriter(BatchWriter):
     """Applies batches to one generation of a Kafka view store (one writer per generation)."""
 
     def __init__(
-        self, store: KafkaStore, generation: str, *, live: bool, hooks: CommitHooks
+        self, store: "KafkaStore", generation: str, *, live: bool, hooks: CommitHooks
     ) -> None:
         super().__init__(store.view, store.materializer, generation, live=live, hooks=hooks)
         self.store = store

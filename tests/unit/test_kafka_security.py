@@ -213,12 +213,13 @@ def test_dead_letter_producer(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_kafka_store_clients(monkeypatch: pytest.MonkeyPatch) -> None:
     from connectors.stores import kafka as kafka_store
+    from connectors.stores import kafka_ledger
 
     recorder = Recorder()
-    recorder.patch(monkeypatch, "connectors.stores.kafka.Consumer", "store consumer")
+    recorder.patch(monkeypatch, "connectors.stores.kafka_ledger.Consumer", "store consumer")
     recorder.patch(monkeypatch, "connectors.stores.kafka.Producer", "store producer")
     kafka = secure_settings().kafka("tributary-views")
-    kafka_store._consumer(kafka)
+    kafka_ledger._consumer(kafka)
     kafka_store._producer(kafka)
     assert_secured(recorder.clients, {"store consumer", "store producer"})
 

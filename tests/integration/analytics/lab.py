@@ -127,7 +127,7 @@ def scratch(tmp_path: Path, name: str) -> Path:
 def committed_records(view: View, collection: str) -> list[tuple[str, bytes | None]]:
     """Every record of a collection's output topic that the Kafka store committed (below the
     ledger's bounds, outside its holes), in offset order: what a downstream reader gets."""
-    from connectors.stores.kafka import RangeReader, in_ranges, read_ranges
+    from connectors.stores.kafka_ledger import RangeReader, in_ranges, read_ranges
 
     [store] = [s for s in view.also if isinstance(s, KafkaStore)]
     with store._lock:

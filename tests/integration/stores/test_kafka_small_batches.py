@@ -18,9 +18,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from connectors.kafka import TopicAdmin, history_topic, state_topic
 from connectors.kafka.offsets import probe_consumer, true_watermarks
-from connectors.stores import kafka as kafka_store
+from connectors.stores import kafka_ledger
 from connectors.stores.base import Collection
-from connectors.stores.kafka import GenerationRecord, KafkaStore, Slot, ledger_key
+from connectors.stores.kafka import KafkaStore
+from connectors.stores.kafka_ledger import GenerationRecord, Slot, ledger_key
 from tests.integration.conftest import Endpoints
 
 SINGLE = 200  # single-record batches
@@ -75,7 +76,7 @@ def test_the_kafka_store_reads_a_partition_of_many_small_batches(
 ) -> None:
     # A 1 ms first wait stalls this partition on Tansu for certain (10 ms does from a depth that
     # depends on the machine: a few hundred batches up to thousands).
-    monkeypatch.setattr(kafka_store, "FIRST_FETCH_WAIT_MS", 1)
+    monkeypatch.setattr(kafka_ledger, "FIRST_FETCH_WAIT_MS", 1)
     s = small_batches
     store = KafkaStore(
         stack.kafka, s.view, [Collection("items")], topics={"items": s.topic}, ledger_topic=s.ledger

@@ -9,20 +9,16 @@ import pytest
 from connectors.errors import StoreError
 from connectors.kafka import KafkaConfig
 from connectors.stores.base import Collection, CommitHooks
-from connectors.stores.kafka import (
+from connectors.stores.kafka import KafkaStore, StoredRecord, fold, murmur2, partition_for
+from connectors.stores.kafka_ledger import (
     GenerationRecord,
-    KafkaStore,
     Slot,
-    StoredRecord,
-    fold,
     gaps_between,
     hole_size,
     in_ranges,
     ledger_key,
     lookup_text,
     merge_ranges,
-    murmur2,
-    partition_for,
 )
 from connectors.stores.kafka_writer import Folded, KafkaUnit, KafkaWriter, WriterState
 from connectors.stores.model import Batch, Delete, JsonObject, Put, Rejected, write_table
