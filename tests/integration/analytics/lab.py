@@ -1,6 +1,7 @@
 """The analytics test bench: a config with topics, job names and output topics of its own,
 running jobs (several at once, one Spark session), and reading what they hold."""
 
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -54,13 +55,17 @@ def run_jobs(
     """Run each job until it has read everything there is now, all at once in one Spark
     session; raise the first failure. The jobs are built and started one after the other:
     each Kafka store reads the whole shared ledger topic when it starts, and several of those
-    reads at once crawl on the local broker."""
+    reads at once crawl on the local broker. The next query starts once the last one has
+    initialised its source: each starts a Python process that must connect back to the JVM
+    within Spark's fixed 10 s, and eight starting at once on two busy cores missed it."""
     runs = {view.name: Run(view, [], 0) for view in views}
     started = []
     try:
         for view in views:
             job = ViewJob(spark, view, kafka, options, on_batch=runs[view.name].reports.append)
-            started.append((job, job.start(available_now=True)))
+            query = job.start(available_now=True)
+            started.append((job, query))
+            sources_started(query)
         for job, query in started:
             run = runs[job.view.name]
             query.awaitTermination(900)
@@ -80,6 +85,18 @@ def run_jobs(
         if run.error is not None:
             raise run.error
     return runs
+
+
+INITIALIZING = "Initializing sources"  # the query's status message until its sources are up
+
+
+def sources_started(query: Any, timeout_s: float = 120.0) -> None:
+    """Wait until ``query`` has initialised its sources (or ended, or ``timeout_s`` passed)."""
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and time.monotonic() < deadline:
+        if query.status.get("message") != INITIALIZING:
+            return
+        time.sleep(0.05)
 
 
 def replay_jobs(
