@@ -95,19 +95,6 @@ def hole_size(holes: Holes) -> int:
     )
 
 
-def lookup_text(value: Any) -> str | None:
-    """The text a lookup compares (what PostgreSQL's ``fields ->> name`` gives; None: null)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict | list):
-        return json.dumps(value)
-    return str(value)
-
-
 @dataclass(frozen=True)
 class GenerationRecord:
     """A generation's ledger record: its last batch, the offsets it reached, and which offsets

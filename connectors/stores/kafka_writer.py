@@ -50,7 +50,6 @@ from connectors.stores.kafka_ledger import (
     hole_size,
     iter_ranges,
     ledger_key,
-    lookup_text,
     read_offsets,
 )
 from connectors.stores.model import (
@@ -62,6 +61,7 @@ from connectors.stores.model import (
     Put,
     Rejected,
     fields_json,
+    lookup_text,
 )
 from connectors.stores.positions import ENTRY, GONE, NONE, TOMB, PositionIndex
 from connectors.stores.protocol import BatchUnit, BatchWriter

@@ -299,3 +299,16 @@ def write_table(writes: Sequence[Write]) -> pa.Table:
             columns["changes"].append(None)
             columns["fresh"].append(False)
     return pa.table(columns, schema=WRITE_SCHEMA)
+
+
+def lookup_text(value: Any) -> str | None:
+    """The text a lookup compares (what PostgreSQL's ``fields ->> name`` gives; None: null)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    return str(value)

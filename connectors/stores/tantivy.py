@@ -49,6 +49,7 @@ from connectors.stores.model import (
     Rejected,
     fields_json,
 )
+from connectors.stores.model import lookup_text as json_lookup_text
 from connectors.stores.protocol import BatchUnit, BatchWriter
 from connectors.stores.writes import NONE, WriteColumns, entry_objects, guard
 
@@ -104,14 +105,10 @@ def uid(kind: str, collection: str, key: str) -> str:
 
 
 def lookup_text(value: Any) -> str:
-    """The indexed text of a lookup value (what PostgreSQL's ``fields ->> name`` gives)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict | list):
-        return json.dumps(value)
-    return str(value)
+    """The indexed text of a lookup value (what PostgreSQL's ``fields ->> name`` gives). Null
+    fields are not indexed; a lookup of null asks for the text ``None``, which finds nothing."""
+    text = json_lookup_text(value)
+    return "None" if text is None else text
 
 
 def search_words(text: str) -> str | None:

@@ -17,11 +17,18 @@ from connectors.stores.kafka_ledger import (
     hole_size,
     in_ranges,
     ledger_key,
-    lookup_text,
     merge_ranges,
 )
 from connectors.stores.kafka_writer import Folded, KafkaUnit, KafkaWriter, WriterState
-from connectors.stores.model import Batch, Delete, JsonObject, Put, Rejected, write_table
+from connectors.stores.model import (
+    Batch,
+    Delete,
+    JsonObject,
+    Put,
+    Rejected,
+    lookup_text,
+    write_table,
+)
 from connectors.stores.positions import ENTRY, GONE, NONE, TOMB
 from connectors.stores.writes import WriteColumns
 
