@@ -161,8 +161,12 @@ def test_streamed_pages_never_skip_and_keep_order_under_concurrent_writers(env: 
     batched: list[tuple[int, int, str]] = []
     after: Position | None = None
     batch_after: Position | None = None
-    deadline = time.monotonic() + 4
-    while time.monotonic() < deadline:
+    # Read while they write: at least 4 s, and until the pages have streamed in several chunks
+    # (a busy machine writes slower; CI once wrote 7,151 events in 4 s).
+    started = time.monotonic()
+    while time.monotonic() < started + 4 or (
+        len(seen) <= 4 * CHUNK_ROWS and time.monotonic() < started + 90
+    ):
         page = list(env.store.iter_all(after, page_size=CHUNK_ROWS + 1))
         seen.extend(page)
         after = page[-1].position if page else after
