@@ -84,6 +84,7 @@ def run_views(
             on_batch=batches.observe,
             on_phases=batches.observe_phases,
             standby=standby,
+            share=s.views_share_query,
         ).run(stop)
     finally:
         spark.stop()
@@ -105,7 +106,7 @@ def run_views_command(
         list[str] | None, typer.Argument(help="Views to run (default: every configured view).")
     ] = None,
 ) -> None:
-    """Run the views (one streaming query each) until SIGTERM/Ctrl-C."""
+    """Run the views until SIGTERM/Ctrl-C (those that fold per partition share one query)."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -459,6 +459,11 @@ class Settings(BaseSettings):
         500_000, description="Most offsets one micro-batch of a replay reads."
     )
     view_trigger_interval_s: float = Field(1.0, description="Micro-batch interval of views.")
+    views_share_query: bool = Field(
+        True,
+        description="Views that fold per partition (the mirrors, search, profile, timeline) run"
+        " as one streaming query that reads their topics once; false: one query per view.",
+    )
     views_standby: bool = Field(
         False,
         description="`tributary run` also starts a second views process that waits, its Spark"

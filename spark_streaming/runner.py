@@ -1,6 +1,8 @@
-"""Running every configured view in one Spark driver: one query per view, restarted with
-backoff when it fails (for instance after a replay swapped in a new generation), all stopped
-cleanly when asked."""
+"""Running every configured view in one Spark driver: views that read the same topics share
+one query (:mod:`spark_streaming.view_group`), every other view has its own; a query that fails
+(for instance after a replay swapped in a new generation) is restarted with backoff, and the
+member that failed a shared query leaves it for a query of its own. All stop cleanly when
+asked."""
 
 import threading
 import time
@@ -14,23 +16,29 @@ from projections.view import View
 from spark_streaming.errors import CheckpointLostError
 from spark_streaming.progress import PhaseCallback
 from spark_streaming.replay import replay
+from spark_streaming.view_group import MemberFailedError, ViewGroupJob, shared
 from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
 from tributary.backoff import Backoff
 
 
 @dataclass
 class _Running:
-    spec: View
-    job: ViewJob | None = None
+    specs: tuple[View, ...]  # one view, or views that share a query
+    job: ViewJob | ViewGroupJob | None = None
     query: Any = None
     backoff: Backoff = field(default_factory=Backoff)
     restart_at: float = 0.0
     started_at: float = 0.0
-    standby: bool = False  # another process holds the view's lease: take over when it dies
+    standby: bool = False  # another process holds a view's lease: take over when it dies
+
+    @property
+    def name(self) -> str:
+        return "+".join(spec.name for spec in self.specs)
 
 
 class ViewRunner:
-    """Keeps one streaming query per view alive until :meth:`run`'s ``stop`` is set."""
+    """Keeps the views' streaming queries alive until :meth:`run`'s ``stop`` is set
+    (``share``: views that read the same topics share a query)."""
 
     def __init__(
         self,
@@ -48,6 +56,7 @@ class ViewRunner:
         on_batch: Callable[[BatchReport], None] | None = None,
         standby: bool = False,
         on_phases: PhaseCallback | None = None,
+        share: bool = True,
     ) -> None:
         self.spark = spark
         self.kafka = kafka
@@ -67,72 +76,95 @@ class ViewRunner:
         self.standby = standby
         self._leases: dict[str, Any] = {}
         self._waiting: dict[str, Any] = {}  # leases another process holds, tried again
-        self.views = [
-            _Running(spec, backoff=Backoff(initial_s=min_backoff_s, max_s=max_backoff_s))
-            for spec in specs
-        ]
+        self._backoff = (min_backoff_s, max_backoff_s)
+        groups = shared(specs) if share else [(spec,) for spec in specs]
+        self.views = [self._running(group) for group in groups]
+
+    def _running(self, specs: tuple[View, ...]) -> _Running:
+        low, high = self._backoff
+        return _Running(specs, backoff=Backoff(initial_s=low, max_s=high))
 
     def _lease(self, view: _Running) -> bool:
-        """Hold the view's lease; False while another process holds it (this one stands by:
-        the database frees the lease the moment the holder dies, and the next poll takes it)."""
-        name = view.spec.name
-        if self.lease_for is None or name in self._leases:
+        """Hold the leases of the query's views; False while another process holds one (this
+        one stands by: the database frees a lease the moment its holder dies, and the next
+        poll takes it). Leases taken before one that is held are given back, so two processes
+        never each hold part of a shared query's views."""
+        if self.lease_for is None:
             return True
-        if view.standby:
-            if not self._waiting[name].try_acquire():
+        taken: list[str] = []
+        for name in (spec.name for spec in view.specs):
+            if name in self._leases:
+                continue
+            if not self._lease_one(view, name):
+                for back in taken:
+                    self._leases.pop(back).release()
                 view.restart_at = time.monotonic() + self.standby_poll_s
                 return False
-            self._leases[name] = self._waiting.pop(name)
+            taken.append(name)
+        if view.standby:
+            self.log(f"view {view.name}: the lease is free, taking over")
+            view.standby = False
+        return True
+
+    def _lease_one(self, view: _Running, name: str) -> bool:
+        assert self.lease_for is not None
+        lease = self._waiting.pop(name, None) or self.lease_for(f"view:{name}")
+        if view.standby:
+            if lease.try_acquire():
+                self._leases[name] = lease
+                return True
         elif self.standby:
-            lease = self._waiting.get(name) or self.lease_for(f"view:{name}")
-            self._waiting[name] = lease
-            view.restart_at = time.monotonic() + self.standby_poll_s
             if lease.held_elsewhere():
                 self.log(f"view {name}: standing by ({lease.holder()})")
                 view.standby = True
-            return False
         else:
-            lease = self.lease_for(f"view:{name}")
             try:
                 self._leases[name] = lease.acquire()
+                return True
             except LeaseHeldError as held:
                 self.log(f"view {name}: standing by ({held})")
-                self._waiting[name] = lease
                 view.standby = True
-                view.restart_at = time.monotonic() + self.standby_poll_s
-                return False
-        if view.standby:
-            self.log(f"view {name}: the lease is free, taking over")
-            view.standby = False
-        return True
+        self._waiting[name] = lease
+        return False
 
     def _start(self, view: _Running) -> None:
         view.started_at = 0.0
         try:
             if not self._lease(view):
                 return
-            view.job = self._job(view.spec)
+            view.job = self._job(view.specs)
             try:
                 view.query = view.job.start()
-            except CheckpointLostError as lost:
+            except CheckpointLostError as lost:  # a stateful view: never in a shared query
                 view.job.close()
-                self.log(f"view {view.spec.name}: {lost}; rebuilding it from offset zero")
-                result = replay(self.spark, view.spec, self.kafka, self.replay_options)
+                [spec] = view.specs
+                self.log(f"view {spec.name}: {lost}; rebuilding it from offset zero")
+                result = replay(self.spark, spec, self.kafka, self.replay_options)
                 self.log(
-                    f"view {view.spec.name}: rebuilt generation {result.generation}"
+                    f"view {spec.name}: rebuilt generation {result.generation}"
                     f" ({result.records} records)"
                 )
-                view.job = self._job(view.spec)
+                view.job = self._job(view.specs)
                 view.query = view.job.start()
             view.started_at = time.monotonic()
-            self.log(f"view {view.spec.name}: running generation {view.job.generation}")
+            self.log(f"view {view.name}: running generation {view.job.generation}")
         except Exception as exc:
             self._failed(view, exc)
 
-    def _job(self, spec: View) -> ViewJob:
+    def _job(self, specs: tuple[View, ...]) -> ViewJob | ViewGroupJob:
+        if len(specs) > 1:
+            return ViewGroupJob(
+                self.spark,
+                specs,
+                self.kafka,
+                self.options,
+                log=self.log,
+                on_batch=self.on_batch,
+                on_phases=self.on_phases,
+            )
         return ViewJob(
             self.spark,
-            spec,
+            specs[0],
             self.kafka,
             self.options,
             log=self.log,
@@ -141,13 +173,26 @@ class ViewRunner:
         )
 
     def _failed(self, view: _Running, error: object) -> None:
+        failing = view.job.failing if isinstance(view.job, ViewGroupJob) else None
+        if isinstance(error, MemberFailedError):
+            failing = error.view
         if view.job is not None:
             view.job.close()
         view.job, view.query = None, None
         up_for = time.monotonic() - view.started_at if view.started_at else 0.0
         delay = view.backoff.next_delay(up_for)
         view.restart_at = time.monotonic() + delay
-        self.log(f"view {view.spec.name}: stopped ({error}); restarting in {delay:.0f}s")
+        self.log(f"view {view.name}: stopped ({error}); restarting in {delay:.0f}s")
+        if failing is not None and len(view.specs) > 1:
+            # The member that failed runs on its own query from now on: the others go on.
+            alone = next(spec for spec in view.specs if spec.name == failing)
+            view.specs = tuple(spec for spec in view.specs if spec is not alone)
+            view.backoff = self._running(view.specs).backoff
+            view.restart_at = time.monotonic()
+            split = self._running((alone,))
+            split.restart_at = time.monotonic() + delay
+            self.views.append(split)
+            self.log(f"view {failing}: runs on its own query from now on")
 
     def warm_up(self, stop: threading.Event) -> None:
         """Fold the head of each view's topics once and drop it (:meth:`ViewJob.warm_up`): a
@@ -155,16 +200,18 @@ class ViewRunner:
         for view in self.views:
             if stop.is_set():
                 return
-            job = self._job(view.spec)
+            job: ViewJob | ViewGroupJob | None = None
             began = time.monotonic()
             try:
+                job = self._job(view.specs)
                 rows = job.warm_up()
                 took = time.monotonic() - began
-                self.log(f"view {view.spec.name}: warmed up in {took:.1f}s ({rows} rows dropped)")
+                self.log(f"view {view.name}: warmed up in {took:.1f}s ({rows} rows dropped)")
             except Exception as exc:  # a standby that cannot warm up still stands by
-                self.log(f"view {view.spec.name}: no warm-up ({exc}); standing by cold")
+                self.log(f"view {view.name}: no warm-up ({exc}); standing by cold")
             finally:
-                job.close()
+                if job is not None:
+                    job.close()
 
     def run(self, stop: threading.Event, poll_s: float = 0.25) -> None:
         """Run until ``stop`` is set; then stop every query and release the sinks. A standby
@@ -175,7 +222,7 @@ class ViewRunner:
             self._start(view)
         try:
             while not stop.wait(poll_s):
-                for view in self.views:
+                for view in list(self.views):
                     if view.query is not None and not view.query.isActive:
                         self._failed(view, view.query.exception())
                     elif view.query is None and time.monotonic() >= view.restart_at:

@@ -1,4 +1,5 @@
-"""One streaming query per view: Kafka source -> fold on the executors -> the view's store.
+"""A streaming query per view: Kafka source -> fold on the executors -> the view's store (views
+that fold per partition may share one query instead: :mod:`spark_streaming.view_group`).
 
 Each generation of a view has its own checkpoint (``<root>/<view>/<generation>``), but the
 store holds the truth: the query starts at the offsets the store committed (a checkpoint that
@@ -161,6 +162,52 @@ def span(start: Offsets, end: Offsets) -> int:
     )
 
 
+def start_query(
+    stream: Any,
+    name: str,
+    output_mode: str,
+    checkpoint: Path,
+    on_batch: BatchFunction,
+    trigger_interval_s: float,
+    *,
+    available_now: bool = False,
+) -> Any:
+    """Start ``stream`` as a query named ``name`` whose micro-batches go to ``on_batch``."""
+    writer = (
+        stream.writeStream.queryName(name)
+        .outputMode(output_mode)
+        .option("checkpointLocation", str(checkpoint))
+        .foreachBatch(on_batch)
+    )
+    if available_now:
+        return writer.trigger(availableNow=True).start()
+    return writer.trigger(processingTime=f"{trigger_interval_s} seconds").start()
+
+
+def warm_up_query(stream: Any, name: str, output_mode: str, timeout_s: float) -> int:
+    """Run ``stream``'s first micro-batch into a throw-away checkpoint and drop its rows
+    (Spark's Python processes start and import the fold). Returns the rows it made."""
+    made: list[int] = []
+    done = threading.Event()
+
+    def batch(folded: Any, _batch_id: int) -> None:
+        made.append(len(folded.toArrow()))
+        done.set()
+
+    with tempfile.TemporaryDirectory(prefix=f"tributary-warm-{name}-") as folder:
+        query = start_query(
+            stream, f"{name}.warm-up", output_mode, Path(folder), batch, 0.0, available_now=True
+        )
+        try:
+            began = time.monotonic()
+            while not done.wait(0.1) and query.isActive:
+                if time.monotonic() - began > timeout_s:
+                    break
+        finally:
+            query.stop()
+    return sum(made)
+
+
 class ViewJob:
     """Runs one generation of one view as a streaming query."""
 
@@ -243,18 +290,24 @@ class ViewJob:
             shutil.rmtree(path, ignore_errors=True)
         return retired
 
-    def start(self, *, available_now: bool = False) -> Any:
-        """Start the query at the store's offsets (``available_now``: read what is there now,
-        then stop). A live job first removes checkpoints of retired generations: a replay leaves
-        the old one in place because a job may still be running on it."""
-        if self.live:
-            self.prune_checkpoints()
+    def resume_offsets(self) -> Offsets:
+        """Read the stores' ledgers: where the view resumes (per partition, the least offset
+        any of its stores reached). A stateful view's checkpoint is checked against them."""
         commits = [w.committed() for w in self.writers]
         self._committed = [c.offsets for c in commits]
         resume = lowest(self._committed)
         self._initial = resume
         if self.view.stateful:
             self._check_state(commits)
+        return resume
+
+    def start(self, *, available_now: bool = False) -> Any:
+        """Start the query at the store's offsets (``available_now``: read what is there now,
+        then stop). A live job first removes checkpoints of retired generations: a replay leaves
+        the old one in place because a job may still be running on it."""
+        if self.live:
+            self.prune_checkpoints()
+        resume = self.resume_offsets()
         self.reconciliation = reconcile(self.checkpoint, resume, self.view.topics)
         if self.reconciliation.action == "reset":
             self.log(f"view {self.view.name}: {self.reconciliation.reason}")
@@ -263,18 +316,15 @@ class ViewJob:
         # records are dropped at the source, before the fold - unless the fold keeps state,
         # which the re-run batch must rebuild (the stores then skip its output).
         skip = {} if self.view.stateful else resume
-        stream = self._folded(options, skip)
-        writer = (
-            stream.writeStream.queryName(f"{self.view.name}.{self.generation}")
-            .outputMode(self.view.output_mode)
-            .option("checkpointLocation", str(self.checkpoint))
-            .foreachBatch(self.handle_batch)
+        self._query = start_query(
+            self._folded(options, skip),
+            f"{self.view.name}.{self.generation}",
+            self.view.output_mode,
+            self.checkpoint,
+            self.handle_batch,
+            self.options.trigger_interval_s,
+            available_now=available_now,
         )
-        if available_now:
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=f"{self.options.trigger_interval_s} seconds")
-        self._query = writer.start()
         return self._query
 
     def _folded(self, options: dict[str, str], skip: Offsets) -> Any:
@@ -291,32 +341,10 @@ class ViewJob:
         result (no store is written; the checkpoint is thrown away). Spark's Python processes
         start and import the fold, so the first batch of the real query runs warm: a standby
         warms up before it waits for the lease. Returns the rows the fold made."""
-        made: list[int] = []
-        done = threading.Event()
-
-        def batch(folded: Any, _batch_id: int) -> None:
-            made.append(len(folded.toArrow()))
-            done.set()
-
         options = {**self.source_options("earliest"), "maxOffsetsPerTrigger": str(records)}
-        with tempfile.TemporaryDirectory(prefix=f"tributary-warm-{self.view.name}-") as folder:
-            query = (
-                self._folded(options, {})
-                .writeStream.queryName(f"{self.view.name}.warm-up")
-                .outputMode(self.view.output_mode)
-                .option("checkpointLocation", folder)
-                .foreachBatch(batch)
-                .trigger(availableNow=True)
-                .start()
-            )
-            try:
-                began = time.monotonic()
-                while not done.wait(0.1) and query.isActive:
-                    if time.monotonic() - began > timeout_s:
-                        break
-            finally:
-                query.stop()
-        return sum(made)
+        return warm_up_query(
+            self._folded(options, {}), self.view.name, self.view.output_mode, timeout_s
+        )
 
     def _check_state(self, commits: list[Any]) -> None:
         """A stateful view's checkpoint holds its state: if it is gone (or disagrees with the
@@ -356,14 +384,31 @@ class ViewJob:
     def _handle_batch(self, batch: Any, batch_id: int) -> None:
         self._hear_phases()
         start, end = self._range(batch_id)
-        if all(covers(committed, end) for committed in self._committed):
+        if self.covered(end):
             if self.view.stateful:
                 # The stores have its output, but Spark keeps the fold's state only when the
                 # batch runs: run it (writing nothing) so the state moves to this batch.
                 batch.write.format("noop").mode("overwrite").save()
-            self._applied(end)
-            self._report(batch_id, start, end, 0, 0, False, 0.0, 0.0)
+            self.skipped(batch_id, start, end)
             return
+        began = time.perf_counter()
+        folded = batch.toArrow()
+        self.apply_folded(batch_id, start, end, folded, time.perf_counter() - began)
+
+    def covered(self, end: Offsets) -> bool:
+        """Whether every store of the view holds the batch that ends at ``end``."""
+        return all(covers(committed, end) for committed in self._committed)
+
+    def skipped(self, batch_id: int, start: Offsets, end: Offsets) -> None:
+        """The stores already hold the batch: report it, applied elsewhere."""
+        self._applied(end)
+        self._report(batch_id, start, end, 0, 0, False, 0.0, 0.0)
+
+    def apply_folded(
+        self, batch_id: int, start: Offsets, end: Offsets, folded: Any, fold_s: float
+    ) -> None:
+        """Apply a batch's folded rows (Arrow) to every store of the view, each atomically
+        with its ledger (the primary last); dead letters go to ``dlq.<view>``."""
         for committed in self._committed:
             problems = gaps(committed, start)
             if problems:
@@ -372,9 +417,8 @@ class ViewJob:
                     f" ({'; '.join(problems)}); restart the job to resume from the stores"
                 )
         began = time.perf_counter()
-        folded = batch.toArrow()
         writes, dead = split_folded(folded)
-        fold_s = time.perf_counter() - began
+        fold_s += time.perf_counter() - began
         self.dead_letters.send(dead)
         refused: list[Rejected] = []
 

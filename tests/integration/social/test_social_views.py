@@ -2,6 +2,7 @@
 PostgreSQL, fed a generated workload in CDC's wire formats, compared with a reference computed
 independently from the workload's model of the source of truth."""
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +25,8 @@ from examples.social.views.reference import (
 from projections.view import View
 from spark_streaming.dead_letters import REASON_HEADER, dlq_topic
 from spark_streaming.replay import replay
+from spark_streaming.runner import ViewRunner
+from spark_streaming.view_group import ViewGroupJob
 from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
 from tests.integration.conftest import Endpoints
 from tests.unit.projections.test_change_fuzz import poison_samples
@@ -140,13 +143,29 @@ def test_three_views_equal_the_reference_after_a_mixed_workload(spark: Any, soci
         assert top["post_id"] == post_id
         assert top["author_handle"] == (None if author is None else author["handle"])
 
-    # More changes, re-sent old records (upstream at-least-once), renames: the same jobs
-    # continue from their stores and stay exact.
+    # More changes, re-sent old records (upstream at-least-once), renames: the views continue
+    # from their stores and stay exact - search alone first, then all three in one shared
+    # query, in which search, ahead of the others, folds only what its stores lack.
     social.feed.resend(social.feed.sent[:600])
     social.feed.run(800)
-    for view in social.views:
-        run_view(spark, social, view)
+    run_view(spark, social, social.search)
+    social.feed.run(400)
+    shared_reports: list[BatchReport] = []
+    group = ViewGroupJob(
+        spark, social.views, social.feed.kafka, social.options, on_batch=shared_reports.append
+    )
+    query = group.start(available_now=True)
+    query.awaitTermination(600)
+    assert query.exception() is None
+    group.close()
     assert_views_match(social)
+    batches = {
+        v.name: [r.batch_id for r in shared_reports if r.view == v.name] for v in social.views
+    }
+    assert len(batches[social.search.name]) >= 3 and len(set(map(tuple, batches.values()))) == 1
+    first = {r.view: r for r in shared_reports if r.batch_id == 0}
+    assert (first[social.search.name].applied, first[social.search.name].folded) == (False, 0)
+    assert first[social.timeline.name].applied and first[social.timeline.name].folded > 0
 
     # A rename reaches every post of that user in the index within the next batch.
     author = next(p["author_id"] for p in state.posts.values() if p["author_id"] in state.users)
@@ -158,6 +177,58 @@ def test_three_views_equal_the_reference_after_a_mixed_workload(spark: Any, soci
         post_id for post_id, p in state.posts.items() if p["author_id"] == author
     }
     assert {(h["author_handle"], h["author_name"]) for h in hits} == {("zqx-renamed", "Zqx Person")}
+
+
+def test_a_view_whose_store_fails_leaves_the_shared_query_and_the_others_go_on(
+    spark: Any, social: Social
+) -> None:
+    social.feed.run(600)
+    assert social.feed.registry_url is not None
+    with socket.socket() as probe:  # a port where no Redis listens: the profile cache is down
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    broken = profile_view(
+        f"redis://127.0.0.1:{port}/0",
+        social.profile.topics,
+        social.profile.name,
+        registry_url=social.feed.registry_url,
+    )
+    lines: list[str] = []
+    runner = ViewRunner(
+        spark,
+        [social.search, broken, social.timeline],
+        social.feed.kafka,
+        social.options,
+        log=lines.append,
+        min_backoff_s=0.5,
+        max_backoff_s=2.0,
+    )
+    assert [v.specs for v in runner.views] == [(social.search, broken, social.timeline)]
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stop,), daemon=True)
+    thread.start()
+    state = social.feed.state
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if search_docs(social.search) == expected_search(state) and timelines(
+                    social
+                ) == expected_timelines(state):
+                    break
+            except psycopg.errors.UndefinedTable:  # the timeline's first batch makes its table
+                pass
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert search_docs(social.search) == expected_search(state), lines
+    assert timelines(social) == expected_timelines(state), lines
+    assert f"view {broken.name}: runs on its own query from now on" in lines
+    assert sorted(v.name for v in runner.views) == sorted(
+        [broken.name, f"{social.search.name}+{social.timeline.name}"]
+    )
+    assert not thread.is_alive()
 
 
 def test_each_view_replays_to_the_same_state_while_reads_go_on(spark: Any, social: Social) -> None:
