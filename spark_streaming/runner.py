@@ -95,10 +95,15 @@ class ViewRunner:
         for name in (spec.name for spec in view.specs):
             if name in self._leases:
                 continue
-            if not self._lease_one(view, name):
+            was_standing_by = view.standby
+            held = self._lease_one(view, name)
+            if held is not None:
                 for back in taken:
                     self._leases.pop(back).release()
                 view.restart_at = time.monotonic() + self.standby_poll_s
+                if view.standby and not was_standing_by:
+                    for spec in view.specs:  # each view's operator sees it stand by
+                        self.log(f"view {spec.name}: standing by ({held})")
                 return False
             taken.append(name)
         if view.standby:
@@ -106,26 +111,29 @@ class ViewRunner:
             view.standby = False
         return True
 
-    def _lease_one(self, view: _Running, name: str) -> bool:
+    def _lease_one(self, view: _Running, name: str) -> str | None:
+        """Take one view's lease: None when held, else who holds it (or why not yet)."""
         assert self.lease_for is not None
         lease = self._waiting.pop(name, None) or self.lease_for(f"view:{name}")
+        why = "another process holds it"
         if view.standby:
             if lease.try_acquire():
                 self._leases[name] = lease
-                return True
+                return None
         elif self.standby:
+            why = "waiting for the primary to take it"
             if lease.held_elsewhere():
-                self.log(f"view {name}: standing by ({lease.holder()})")
+                why = lease.holder()
                 view.standby = True
         else:
             try:
                 self._leases[name] = lease.acquire()
-                return True
+                return None
             except LeaseHeldError as held:
-                self.log(f"view {name}: standing by ({held})")
+                why = str(held)
                 view.standby = True
         self._waiting[name] = lease
-        return False
+        return why
 
     def _start(self, view: _Running) -> None:
         view.started_at = 0.0
