@@ -18,6 +18,7 @@ whole query stops; :class:`~spark_streaming.runner.ViewRunner` then runs the fai
 its own query, so it no longer holds the others back.
 """
 
+import hashlib
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -31,7 +32,7 @@ from connectors.stores.base import CommitHooks
 from connectors.stores.model import Offsets
 from projections.together import Member, rows_of, together
 from projections.view import PartitionFold, View
-from spark_streaming.checkpoint import CheckpointLog, Reconciliation, reconcile, starting_offsets
+from spark_streaming.checkpoint import Reconciliation, reconcile, starting_offsets
 from spark_streaming.errors import StreamingError
 from spark_streaming.progress import PhaseCallback, trigger_phases
 from spark_streaming.stream import folded_stream
@@ -41,6 +42,7 @@ from spark_streaming.view_job import (
     JobOptions,
     ViewJob,
     batch_errors_in_brief,
+    batch_range,
     lowest,
     start_query,
     warm_up_query,
@@ -66,6 +68,16 @@ def shared(views: Sequence[View]) -> list[tuple[View, ...]]:
         key: object = tuple(sorted(view.options.items())) if shareable(view) else view.name
         groups.setdefault(key, []).append(view)
     return [tuple(group) for group in groups.values()]
+
+
+NAME_CHARS = 120  # a longer folder name (many views) is cut and made unique by a digest
+
+
+def folder_name(text: str) -> str:
+    """``text`` as one folder name: kept when short, else its head and a digest of it."""
+    if len(text) <= NAME_CHARS:
+        return text
+    return f"{text[:80]}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
 def only(offsets: Offsets, topics: Sequence[str]) -> Offsets:
@@ -155,7 +167,7 @@ class ViewGroupJob:
 
     @property
     def checkpoint(self) -> Path:
-        return self.options.checkpoint_root / self.name / self.generation
+        return self.options.checkpoint_root / folder_name(self.name) / folder_name(self.generation)
 
     def prune_checkpoints(self) -> list[Path]:
         """Remove the group's checkpoints of other generations (a member was rebuilt) and all
@@ -227,19 +239,9 @@ class ViewGroupJob:
     def handle_batch(self, batch: Any, batch_id: int) -> None:
         batch_errors_in_brief(self._handle_batch, f"views {self.name}")(batch, batch_id)
 
-    def _range(self, batch_id: int) -> tuple[Offsets, Offsets]:
-        log = CheckpointLog(self.checkpoint)
-        end = log.offsets(batch_id)
-        if end is None:
-            raise StreamingError(
-                f"views {self.name}: batch {batch_id} has no offsets in {self.checkpoint}"
-            )
-        start = log.offsets(batch_id - 1) if batch_id > 0 else None
-        return (self._initial if start is None else start), end
-
     def _handle_batch(self, batch: Any, batch_id: int) -> None:
         self._hear_phases()
-        start, end = self._range(batch_id)
+        start, end = batch_range(self.checkpoint, batch_id, self._initial, f"views {self.name}")
         pending = []
         for member in self.members:
             mine = only(start, member.view.topics), only(end, member.view.topics)

@@ -162,6 +162,19 @@ def span(start: Offsets, end: Offsets) -> int:
     )
 
 
+def batch_range(
+    checkpoint: Path, batch_id: int, initial: Offsets, what: str
+) -> tuple[Offsets, Offsets]:
+    """Where a micro-batch starts and ends: its end offsets from Spark's offset log, its start
+    from the batch before (``initial``, where the query started, for its first batch)."""
+    log = CheckpointLog(checkpoint)
+    end = log.offsets(batch_id)
+    if end is None:
+        raise StreamingError(f"{what}: batch {batch_id} has no offsets in {checkpoint}")
+    start = log.offsets(batch_id - 1) if batch_id > 0 else None
+    return (initial if start is None else start), end
+
+
 def start_query(
     stream: Any,
     name: str,
@@ -367,14 +380,7 @@ class ViewJob:
             self.lag.close()
 
     def _range(self, batch_id: int) -> tuple[Offsets, Offsets]:
-        log = CheckpointLog(self.checkpoint)
-        end = log.offsets(batch_id)
-        if end is None:
-            raise StreamingError(
-                f"view {self.view.name}: batch {batch_id} has no offsets in {self.checkpoint}"
-            )
-        start = log.offsets(batch_id - 1) if batch_id > 0 else None
-        return (self._initial if start is None else start), end
+        return batch_range(self.checkpoint, batch_id, self._initial, f"view {self.view.name}")
 
     def handle_batch(self, batch: Any, batch_id: int) -> None:
         """foreachBatch body: check the range against the stores, fold, dead-letter, apply

@@ -10,7 +10,7 @@ from projections.folding import FOLDED_SCHEMA, folded_batch
 from projections.together import TOGETHER_SCHEMA, Member, rows_of, together
 from projections.view import per_partition
 from spark_streaming.kafka_reader import ARROW_SCHEMA
-from spark_streaming.view_group import lowest_of_readers, only
+from spark_streaming.view_group import NAME_CHARS, folder_name, lowest_of_readers, only
 
 HERE = "tests.unit.projections.test_together"
 
@@ -109,3 +109,10 @@ def test_a_shared_query_starts_each_partition_at_the_least_offset_of_its_readers
 @pytest.mark.parametrize("topics", [(), ("other",)])
 def test_records_of_no_member_topic_fold_to_nothing(topics: tuple[str, ...]) -> None:
     assert folded(records("posts", 0, range(3)), member("a", topics, {})).num_rows == 0
+
+
+def test_a_shared_querys_checkpoint_folder_name_stays_short_and_unique() -> None:
+    names = ["+".join(f"view_{i}_{n}" for i in range(30)) for n in range(2)]
+    folders = [folder_name(name) for name in names]
+    assert all(len(f) <= NAME_CHARS for f in folders) and folders[0] != folders[1]
+    assert folder_name("search+profile") == "search+profile"
