@@ -65,6 +65,15 @@ def spark_session(
         # State of stateful views (windows, joins, transformWithState) in RocksDB, off-heap:
         # transformWithState needs it, and large state does not weigh on the JVM heap.
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_STATE_STORE)
+        # Local files (checkpoints on a local disk) without Hadoop's .crc side files: each
+        # trigger writes two small checkpoint files, and the checksummed local file system
+        # writes and renames a second file for each (walCommit and commitOffsets measured
+        # 45-52 ms -> 26-30 ms per trigger here). The stores hold the truth; a checkpoint
+        # that disagrees with them is moved aside.
+        .config("spark.hadoop.fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
+        .config(
+            "spark.hadoop.fs.AbstractFileSystem.file.impl", "org.apache.hadoop.fs.local.RawLocalFs"
+        )
     )
     if local_dir is not None:
         os.makedirs(local_dir, exist_ok=True)
