@@ -1,6 +1,7 @@
 """SeaweedFS with its S3 gateway: the durable storage under the broker."""
 
 import contextlib
+import http.client
 import json
 import shutil
 import signal
@@ -118,7 +119,9 @@ class ObjectStoreService(Service):
                 return int(response.status)
         except urllib.error.HTTPError as exc:
             return exc.code
-        except OSError:
+        except (OSError, http.client.HTTPException):
+            # Not up yet. A probe of a free port in the ephemeral range can even connect to
+            # itself and read its own request back (BadStatusLine: "GET / HTTP/1.1").
             return 0
 
     def ready(self) -> bool:

@@ -1,6 +1,7 @@
 """The schema registry (Confluent REST API) of the local stack: ``tributary schemas serve`` as
 a process of its own, storing its schemas on the broker's compacted ``_schemas`` topic."""
 
+import http.client
 import sys
 import urllib.request
 from pathlib import Path
@@ -52,8 +53,8 @@ class SchemaRegistryService(Service):
         try:
             with urllib.request.urlopen(request, timeout=2) as response:
                 return int(response.status) == 200
-        except OSError:  # refused, timed out, or an HTTP error status
-            return False
+        except (OSError, http.client.HTTPException):  # refused, timed out, an error status,
+            return False  # or a probe of a free port that connected to itself
 
 
 def registry_answers(url: str) -> bool:
