@@ -1,8 +1,8 @@
-"""Running every configured view in one Spark driver: views that read the same topics share
-one query (:mod:`spark_streaming.view_group`), every other view has its own; a query that fails
-(for instance after a replay swapped in a new generation) is restarted with backoff, and the
-member that failed a shared query leaves it for a query of its own. All stop cleanly when
-asked."""
+"""Running every configured view in one Spark driver: the views that fold per partition share
+one query over their topics (:mod:`spark_streaming.view_group`), every other view has its own.
+A query that fails (for instance after a replay swapped in a new generation) is restarted with
+backoff, and the member that failed a shared query leaves it for a query of its own. All stop
+cleanly when asked."""
 
 import threading
 import time
@@ -38,7 +38,7 @@ class _Running:
 
 class ViewRunner:
     """Keeps the views' streaming queries alive until :meth:`run`'s ``stop`` is set
-    (``share``: views that read the same topics share a query)."""
+    (``share``: the views that fold per partition share a query)."""
 
     def __init__(
         self,
