@@ -51,6 +51,7 @@ from connectors.stores.model import (
     Put,
     Rejected,
     fields_json,
+    lookup_text,
 )
 from connectors.stores.protocol import BatchUnit, BatchWriter
 from connectors.stores.writes import NONE, WriteColumns, entry_objects, guard
@@ -68,17 +69,10 @@ Ident = tuple[str, str]  # (collection, key)
 
 
 def render(value: Any) -> str | None:
-    """A field value as a hash field (and index value) shows it; None: the field is left out."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)
+    """A field value as a hash field (and index value) shows it; None: the field is left out.
+    A scalar as a lookup compares it (:func:`lookup_text`), anything else as compact JSON."""
+    if value is None or isinstance(value, str | int | float):  # (bool is an int)
+        return lookup_text(value)
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
