@@ -162,10 +162,6 @@ class ViewGroupJob:
             raise
 
     @property
-    def views(self) -> list[View]:
-        return [m.view for m in self.members]
-
-    @property
     def checkpoint(self) -> Path:
         return self.options.checkpoint_root / folder_name(self.name) / folder_name(self.generation)
 
