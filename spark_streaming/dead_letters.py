@@ -10,6 +10,7 @@ Dead letters are sent and flushed before the store commits the batch: at-least-o
 retried after a crash sends its dead letters again, with the same source coordinates).
 """
 
+import threading
 from collections.abc import Sequence
 
 from confluent_kafka import Producer
@@ -49,11 +50,16 @@ class DeadLetterQueue:
         self.timeout = timeout
         self._producer: Producer | None = None
         self._ready = False
+        self._lock = threading.Lock()  # a view's stores apply (and reject) in parallel
 
     def send(self, letters: Sequence[DeadLetter]) -> None:
         """Produce and flush; raises :class:`StreamingError` if any record is not acknowledged."""
         if not letters:
             return
+        with self._lock:
+            self._send(letters)
+
+    def _send(self, letters: Sequence[DeadLetter]) -> None:
         if not self._ready:
             TopicAdmin(self.kafka).ensure(history_topic(self.topic))
             self._ready = True

@@ -22,6 +22,7 @@ import hashlib
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -250,11 +251,30 @@ class ViewGroupJob:
         began = time.perf_counter()
         folded = batch.toArrow()
         fold_s = time.perf_counter() - began
-        for member, (first, last) in pending:
+        if len(pending) == 1:
+            member, (first, last) = pending[0]
             with self._member(member.view.name):
                 member.apply_folded(
                     batch_id, first, last, rows_of(folded, member.view.name), fold_s
                 )
+            return
+        # Each member's stores apply at the same time (they share nothing); a failure is
+        # raised for the first failing member in order, after every member has finished.
+        with ThreadPoolExecutor(len(pending), thread_name_prefix="member") as pool:
+            running = [
+                pool.submit(
+                    member.apply_folded,
+                    batch_id,
+                    first,
+                    last,
+                    rows_of(folded, member.view.name),
+                    fold_s,
+                )
+                for member, (first, last) in pending
+            ]
+        for (member, _), future in zip(pending, running, strict=True):
+            with self._member(member.view.name):
+                future.result()
 
     def _hear_phases(self) -> None:
         """Each trigger's phases, heard once for every member (they share the trigger)."""

@@ -23,13 +23,14 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from connectors.errors import LedgerGapError
 from connectors.kafka import KafkaConfig
-from connectors.stores.base import CommitHooks, StoreWriter
+from connectors.stores.base import CommitHooks, RejectHandler, StoreWriter
 from connectors.stores.model import Batch, Offsets, Rejected, covers, gaps, merge_offsets
 from projections.view import PartitionFold, View, dead_letters_of, split_folded
 from spark_streaming.checkpoint import (
@@ -433,12 +434,7 @@ class ViewJob:
             self.dead_letters.send(dead_letters_of(items, self.view.name))
 
         began = time.perf_counter()
-        applied = False
-        for index, writer in enumerate(self.writers):  # the primary store last
-            if covers(self._committed[index], end):
-                continue  # this store has the batch (a crash came between two stores)
-            applied = writer.apply(Batch(batch_id, end, writes, start=start), on_rejected=reject)
-            self._committed[index] = merge_offsets(self._committed[index], end)
+        applied = self._apply_stores(Batch(batch_id, end, writes, start=start), reject)
         write_s = time.perf_counter() - began
         self._applied(end)
         self._report(
@@ -451,6 +447,38 @@ class ViewJob:
             fold_s,
             write_s,
         )
+
+    def _apply_stores(self, batch: Batch, reject: RejectHandler) -> bool:
+        """Apply ``batch`` to every store that lacks it (a crash may have come between two
+        stores). The other stores apply while the primary does, and the primary waits for
+        them just before its commit: it still commits each batch last, and a store that fails
+        leaves it uncommitted."""
+        todo = [i for i, done in enumerate(self._committed) if not covers(done, batch.offsets)]
+        primary = len(self.writers) - 1
+        others = [i for i in todo if i != primary]
+        if primary not in todo or not others:
+            applied = False
+            for index in todo:
+                applied = self.writers[index].apply(batch, on_rejected=reject)
+                self._stored(index, batch)
+            return applied
+        with ThreadPoolExecutor(len(others), thread_name_prefix="store") as pool:
+            running = {i: pool.submit(self.writers[i].apply, batch, reject) for i in others}
+
+            def gate() -> None:
+                for index, future in running.items():
+                    future.result()  # a failure here rolls the primary back
+                    self._stored(index, batch)
+
+            try:
+                applied = self.writers[primary].apply(batch, reject, gate)
+            finally:
+                wait(running.values())
+        self._stored(primary, batch)
+        return applied
+
+    def _stored(self, index: int, batch: Batch) -> None:
+        self._committed[index] = merge_offsets(self._committed[index], batch.offsets)
 
     def _hear_phases(self) -> None:
         """Hand the last finished trigger's phases to ``on_phases`` (once per batch)."""

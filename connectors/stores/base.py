@@ -68,13 +68,20 @@ class StoreWriter(Protocol):
         """This generation's ledger as the store holds it now."""
         ...
 
-    def apply(self, batch: Batch, on_rejected: RejectHandler | None = None) -> bool:
+    def apply(
+        self,
+        batch: Batch,
+        on_rejected: RejectHandler | None = None,
+        gate: Callable[[], None] | None = None,
+    ) -> bool:
         """Apply the batch and record it in the ledger atomically; False if already applied.
 
         Writes the store cannot hold go to ``on_rejected`` (before the commit) and the rest of
-        the batch is applied. Raises :class:`~connectors.errors.LedgerGapError` when the batch
-        starts past what the store reached, and :class:`~connectors.errors.StaleGenerationError`
-        when a live writer's generation was replaced.
+        the batch is applied. ``gate`` runs just before the commit: an error from it leaves the
+        store as it was (a view's primary store waits there for its other stores). Raises
+        :class:`~connectors.errors.LedgerGapError` when the batch starts past what the store
+        reached, and :class:`~connectors.errors.StaleGenerationError` when a live writer's
+        generation was replaced.
         """
         ...
 

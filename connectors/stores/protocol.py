@@ -13,8 +13,9 @@
    tombstones), the materializer (when the store has one) through the unit's
    :class:`~connectors.stores.base.StoreTxn`, the ledger record (offsets merged, the batch id,
    one batch more);
-6. the writes the store refused handed to ``on_rejected``, ``hooks.before_commit``, the unit's
-   commit, ``hooks.after_commit``.
+6. the writes the store refused handed to ``on_rejected``, the caller's ``gate`` (an error
+   there leaves the store as it was), ``hooks.before_commit``, the unit's commit,
+   ``hooks.after_commit``.
 
 A store's unit: PostgreSQL one transaction (a COPY into a staging table, one merge statement
 per collection); Redis one WATCH/MULTI/EXEC; tantivy one index commit carrying the ledger
@@ -22,7 +23,7 @@ document; Kafka a batched produce, then the ledger record.
 """
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
 from connectors.errors import LedgerGapError, StaleGenerationError
@@ -99,7 +100,12 @@ class BatchWriter(ABC):
             f" {self.generation}); restart the job to continue from the new generation"
         )
 
-    def apply(self, batch: Batch, on_rejected: RejectHandler | None = None) -> bool:
+    def apply(
+        self,
+        batch: Batch,
+        on_rejected: RejectHandler | None = None,
+        gate: Callable[[], None] | None = None,
+    ) -> bool:
         """Apply the batch and record it in the ledger atomically; False if already applied
         (see :class:`~connectors.stores.base.StoreWriter`)."""
         writes = WriteColumns.of(batch.writes)
@@ -134,6 +140,8 @@ class BatchWriter(ABC):
             )
             if rejected and on_rejected is not None:
                 on_rejected(rejected)
+            if gate is not None:
+                gate()
             if self.hooks.before_commit is not None:
                 self.hooks.before_commit(batch.batch_id)
             unit.commit()

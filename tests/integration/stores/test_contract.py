@@ -180,6 +180,35 @@ def test_a_failing_batch_leaves_neither_data_nor_ledger(store: ViewStore) -> Non
     assert state(store, "groups") == {"y": {"count": 2}}
 
 
+def test_a_failing_gate_leaves_neither_data_nor_ledger_and_the_writer_goes_on(
+    store: ViewStore,
+) -> None:
+    """The gate runs just before the commit (a view's primary store waits there for its other
+    stores): when it fails, the store is as it was, and the same writer applies the batch on
+    the next try."""
+    gen = store.live_generation()
+    writer = store.writer(gen, live=True)
+    writer.apply(Batch(0, offsets(1), [item("a", 1, "x", 1)]))
+    gated: list[str] = []
+
+    def other_store_failed() -> None:
+        gated.append("asked")
+        raise RuntimeError("another store of the view failed")
+
+    batch = Batch(1, offsets(3), [item("a", 2, "y", 2), item("b", 3, "y", 1)])
+    with pytest.raises(RuntimeError, match="another store"):
+        writer.apply(batch, gate=other_store_failed)
+    assert gated == ["asked"]
+    assert state(store) == {"a": {"group": "x", "v": 1}}
+    assert state(store, "groups") == {"x": {"count": 1}}
+    assert store.committed(gen).offsets == offsets(1)
+    assert writer.apply(batch, gate=lambda: gated.append("passed"))
+    assert gated == ["asked", "passed"]
+    assert counts(store) == {"a": 2, "b": 1}
+    assert state(store, "groups") == {"y": {"count": 2}}
+    assert store.committed(gen).offsets == offsets(3)
+
+
 def test_kill_9_between_data_and_ledger_leaves_neither(spec: StoreSpec, store: ViewStore) -> None:
     gen = store.live_generation()
     writer = store.writer(gen, live=True)
