@@ -252,6 +252,9 @@ class KafkaTxn:
         self._committed: dict[Ident, Slot] = {}
         self._pending: dict[Ident, _State | None] = {}  # None: deleted in this unit
         self._tombs: dict[Ident, int | None] = {}  # positions of deleted keys (None: cleared)
+        # (collection, lookup) -> text -> keys pending with it, made at the first find of the
+        # lookup and kept up by put (keys put again since are re-checked by find)
+        self._pending_with: dict[tuple[str, str], dict[str, set[str]]] = {}
 
     def committed(self, idents: Sequence[Ident]) -> None:
         """Read the committed slots of keys (entries' values in one read)."""
@@ -302,6 +305,7 @@ class KafkaTxn:
             )
         ]
         self.committed(idents)
+        self._pending_with.clear()  # made again from the staged entries at the next find
         applied: list[Applied] = []
         objects = writes.writes(rows)
         for i, row in enumerate(rows.tolist()):
@@ -341,7 +345,7 @@ class KafkaTxn:
         if wanted is None:
             return []
         keys = self.state.keys_with(collection, field, wanted)
-        keys.update(k for c, k in self._pending if c == collection)
+        keys.update(self._pending_index(collection, field).get(wanted, ()))
         self.committed([(collection, k) for k in keys])
         out: list[Entry] = []
         for key in sorted(keys):
@@ -350,17 +354,38 @@ class KafkaTxn:
                 out.append(state.entry(collection, key))
         return out
 
+    def _pending_index(self, collection: str, field: str) -> dict[str, set[str]]:
+        """The keys this unit holds pending entries for, by their ``field``'s lookup text."""
+        index = self._pending_with.get((collection, field))
+        if index is None:
+            index = {}
+            for (c, key), state in self._pending.items():
+                if c == collection and state is not None:
+                    self._index(index, key, state, field)
+            self._pending_with[(collection, field)] = index
+        return index
+
+    @staticmethod
+    def _index(index: dict[str, set[str]], key: str, state: _State, field: str) -> None:
+        text = lookup_text(state.fields.get(field))
+        if text is not None:
+            index.setdefault(text, set()).add(key)
+
     def put(self, collection: str, key: str, fields: Mapping[str, Any]) -> None:
         self.store.collection(collection)
         ident = (collection, key)
         current = self._current(ident)
         position, applied = (0, 0) if current is None else (current.position, current.applied)
         try:
-            self._pending[ident] = _state_of(fields, position, applied)
+            state = _state_of(fields, position, applied)
         except (TypeError, ValueError) as exc:
             raise StoreError(
                 f"view {self.store.view}: derived write {collection}/{key}: {exc}"
             ) from exc
+        self._pending[ident] = state
+        for (c, field), index in self._pending_with.items():
+            if c == collection:
+                self._index(index, key, state, field)
 
     def delete(self, collection: str, key: str) -> None:
         self.store.collection(collection)

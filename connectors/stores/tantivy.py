@@ -895,6 +895,8 @@ class TantivyTxn:
         self._stored: dict[tuple[str, str], Entry | None] = {}
         self._tombs: dict[tuple[str, str], int | None] = {}
         self._pending: dict[tuple[str, str], _Pending] = {}
+        # (collection, lookup, text) -> keys staged with it (some since re-staged: re-checked)
+        self._staged_with: dict[tuple[str, str, str], set[str]] = {}
         self._docs: dict[str, tantivy.Document | None] = {}  # uid -> new document (None: gone)
 
     # -- stored state ------------------------------------------------------------------
@@ -1027,6 +1029,9 @@ class TantivyTxn:
                 applied,
                 lookups,
             )
+            for name, looked in lookups.items():
+                if looked is not None:
+                    self._staged_with.setdefault((collection, name, looked), set()).add(key)
         self._docs[uid(ENTRY, collection, key)] = doc
 
     def stage_tomb(
@@ -1065,8 +1070,10 @@ class TantivyTxn:
             key = str(doc.get_first(KEY))
             if (collection, key) not in self._pending:
                 found[key] = _entry_of(doc)
-        for (c, key), pending in self._pending.items():
-            if c == collection and pending is not None and pending.lookups.get(field) == text:
+        staged = () if text is None else self._staged_with.get((collection, field, text), ())
+        for key in staged:
+            pending = self._pending[(collection, key)]
+            if pending is not None and pending.lookups.get(field) == text:
                 found[key] = pending.entry()
         return [found[key] for key in sorted(found)]
 

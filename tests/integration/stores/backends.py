@@ -56,8 +56,10 @@ class StoreSpec:
         return cls(**json.loads(text))
 
 
-def build(spec: StoreSpec) -> ViewStore:
-    materializer: Materializer | None = count_groups if spec.materialized else None
+def build(spec: StoreSpec, materializer: Materializer | None = None) -> ViewStore:
+    """The store of ``spec``; its materializer ``count_groups`` unless another is given."""
+    if materializer is None and spec.materialized:
+        materializer = count_groups
     if spec.kind == "postgres":
         from connectors.stores.postgres import PostgresStore
 

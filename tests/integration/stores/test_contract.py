@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,17 @@ import pyarrow as pa
 import pytest
 
 from connectors.errors import LedgerGapError, StaleGenerationError
-from connectors.stores.base import CommitHooks, ViewStore
-from connectors.stores.model import Batch, Delete, Entry, JsonObject, Put, Rejected, write_table
+from connectors.stores.base import CommitHooks, StoreTxn, ViewStore
+from connectors.stores.model import (
+    Applied,
+    Batch,
+    Delete,
+    Entry,
+    JsonObject,
+    Put,
+    Rejected,
+    write_table,
+)
 from tests.integration.conftest import Endpoints
 from tests.integration.stores.backends import KINDS, StoreSpec, build
 
@@ -157,6 +166,30 @@ def test_the_materializer_runs_in_the_unit_and_sees_its_writes(store: ViewStore)
     # Re-sent (stale) writes do not reach the materializer: counts stay exact.
     writer.apply(Batch(3, offsets(8), [item("b", 2, "x", 1), item("c", 3, "y", 1)]))
     assert state(store, "groups") == {"y": {"count": 1}}
+
+
+def test_find_sees_what_the_materializer_put_in_the_same_unit(spec: StoreSpec) -> None:
+    """A materializer's own puts are found by lookup within the unit: a new key under its
+    lookup, a key moved to another lookup value found there and no longer under the old."""
+    found: list[dict[str, list[str]]] = []
+
+    def derive(txn: StoreTxn, applied: Sequence[Applied]) -> None:
+        if not any(change.write.key == "a" for change in applied):
+            return
+        assert [e.key for e in txn.find("items", "group", "z")] == []  # before the puts
+        txn.put("items", "a-copy", {"group": "x", "v": 0})
+        txn.put("items", "b", {"group": "z", "v": 0})
+        found.append({g: [e.key for e in txn.find("items", "group", g)] for g in ("x", "y", "z")})
+
+    store = build(replace(spec, view=spec.view + "-derived"), derive)
+    try:
+        writer = store.writer(store.live_generation(), live=True)
+        writer.apply(Batch(0, offsets(2), [item("b", 1, "x", 1), item("c", 2, "y", 1)]))
+        writer.apply(Batch(1, offsets(3), [item("a", 3, "x", 1)]))
+        assert found == [{"x": ["a", "a-copy"], "y": ["c"], "z": ["b"]}]
+        assert state(store)["b"] == {"group": "z", "v": 0}
+    finally:
+        store.close()
 
 
 def test_a_failing_batch_leaves_neither_data_nor_ledger(store: ViewStore) -> None:
