@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 from psycopg import sql
 
 from connectors.stores.base import Collection
@@ -79,7 +81,7 @@ def query_key(query: str) -> str:
     return window_key(query=query)
 
 
-# -- one partition's step (pure: pandas in, pandas out) ---------------------------------------
+# -- one partition's step (pure, column-wise: pandas in, pandas out) ---------------------------
 
 
 def _empty(columns: tuple[str, ...]) -> Any:
@@ -89,8 +91,6 @@ def _empty(columns: tuple[str, ...]) -> Any:
 
 
 def _frame_bytes(frame: Any) -> bytes:
-    import pyarrow as pa  # type: ignore[import-untyped]
-
     table = pa.Table.from_pandas(frame, preserve_index=False)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -99,8 +99,6 @@ def _frame_bytes(frame: Any) -> bytes:
 
 
 def _frame_of(data: bytes | None, columns: tuple[str, ...]) -> Any:
-    import pyarrow as pa
-
     if not data:
         return _empty(columns)
     return pa.ipc.open_stream(data).read_all().to_pandas()
@@ -113,9 +111,10 @@ def ctr_step(
     waiting: Any,
     rows: Any,
     allowed_ms: int,
-) -> tuple[int, Any, Any, list[dict[str, Any]], Any]:
+) -> tuple[int, Any, Any, Any, Any]:
     """One batch of one partition: the new clock, searches and waiting clicks, the output rows
-    (changed searches and joined clicks, as folded values) and the count changes per query.
+    (changed searches, then joined clicks: a frame of the folded columns) and the count changes
+    per query. Column-wise throughout: no Python step per record.
 
     ``rows``: the batch's decoded records of the partition (``kind``, ``kept``, ``event_id``,
     ``session_id``, ``user_id``, ``query``, ``search_id``, ``post_id``, ``corrected_time``,
@@ -126,31 +125,18 @@ def ctr_step(
     if len(received):
         clock = max(clock, int(received.max()))
     kept = rows[rows["kept"].fillna(False).astype(bool)]
-    deltas: list[Any] = []
-    touched: set[str] = set()
+    state = _search_arrays(searches)
+    deltas: list[tuple[Any, tuple[int, int, int, int]]] = []
 
     # 1. new searches (a search already known is a re-delivery)
     new = kept[kept["kind"] == "search"].drop_duplicates("event_id")
     new = new[~new["event_id"].isin(searches["search_id"])]
+    known_before = len(state["search_id"])
     if len(new):
-        added = pd.DataFrame(
-            {
-                "search_id": new["event_id"].astype(str).to_numpy(),
-                "session_id": new["session_id"].to_numpy(),
-                "user_id": new["user_id"].to_numpy(),
-                "query": new["query"].fillna("").to_numpy(),
-                "searched_ms": new["corrected_time"].astype("int64").to_numpy(),
-                "received_ms": new["received_time"].astype("int64").to_numpy(),
-                "status": OPEN,
-                "clicks": 0,
-                "first_click_ms": None,
-                "revision": 0,
-                "click_ids": "",
-            }
-        )
-        searches = pd.concat([searches, added], ignore_index=True) if len(searches) else added
-        touched.update(added["search_id"])
-        deltas.append(pd.DataFrame({"d_query": added["query"], "d_searches": 1, "d_open": 1}))
+        added = _new_searches(new)
+        state = {name: np.concatenate([state[name], added[name]]) for name in state}
+        deltas.append((added["query"], (1, 0, 0, 1)))
+    touched = np.arange(len(state["search_id"])) >= known_before
 
     # 2. clicks: this batch's and those waiting for their search
     fresh = kept[kept["kind"] == "click"].drop_duplicates("event_id")
@@ -168,126 +154,362 @@ def ctr_step(
         clicks = pd.concat([waiting, clicks], ignore_index=True).drop_duplicates("click_id")
     elif len(waiting):
         clicks = waiting
-    joined_rows: list[dict[str, Any]] = []
+    joined = np.zeros(0, dtype="int64")  # positions in ``clicks``
+    row = np.zeros(0, dtype="int64")  # each joined click's search
+    clicked_ms = np.zeros(0, dtype="int64")
     if len(clicks):
-        known = clicks["search_id"].isin(searches["search_id"])
-        waiting = clicks[~known].reset_index(drop=True)
-        at = searches.reset_index().set_index("search_id")["index"]
-        matched = clicks[known].copy()
-        matched["row"] = at.loc[matched["search_id"]].to_numpy()
-        s = searches.loc[matched["row"]]
-        delay = matched["clicked_ms"].to_numpy() - s["searched_ms"].to_numpy().astype("int64")
-        already = [
-            c in ids.split(",") for c, ids in zip(matched["click_id"], s["click_ids"], strict=True)
-        ]
+        at = pd.Index(state["search_id"]).get_indexer(clicks["search_id"])
+        waiting = clicks[at < 0].reset_index(drop=True)
+        candidates = np.flatnonzero(at >= 0)
+        row = at[candidates]
+        clicked_ms = _ints(clicks["clicked_ms"])[0][candidates]
+        delay = clicked_ms - state["searched_ms"][row]
         ok = (
-            (matched["session_id"].to_numpy() == s["session_id"].to_numpy())
+            (clicks["session_id"].to_numpy(dtype=object)[candidates] == state["session_id"][row])
             & (delay >= 0)
             & (delay <= JOIN_WITHIN_MS)
-            & ~np.array(already, dtype=bool)
+            & ~_listed(
+                clicks["click_id"].to_numpy(dtype=object)[candidates], state["click_ids"][row]
+            )
         )
-        matched, s, delay = matched[ok], s[ok], delay[ok]
-        matched = matched.assign(delay_ms=delay)
-        for row, group in matched.groupby("row", sort=True):
-            search = searches.loc[row]
-            if search["status"] == OPEN:
-                deltas.append(
-                    pd.DataFrame({"d_query": [search["query"]], "d_clicked": [1], "d_open": [-1]})
-                )
-            first = int(group["clicked_ms"].min())
-            previous = search["first_click_ms"]
-            searches.at[row, "status"] = CLICKED
-            searches.at[row, "clicks"] = int(search["clicks"]) + len(group)
-            searches.at[row, "first_click_ms"] = (
-                first if previous is None or pd.isna(previous) else min(int(previous), first)
+        joined, row, clicked_ms = candidates[ok], row[ok], clicked_ms[ok]
+        if len(joined):
+            hit, opened = _join(
+                state, row, clicked_ms, clicks["click_id"].to_numpy(dtype=object)[joined]
             )
-            ids = [i for i in str(search["click_ids"]).split(",") if i]
-            searches.at[row, "click_ids"] = ",".join([*ids, *group["click_id"]])
-            touched.add(str(search["search_id"]))
-        for click in matched.itertuples(index=False):
-            search = searches.loc[click.row]
-            joined_rows.append(
-                _click_values(partition, search, click)  # one per joined click
-            )
+            deltas.append((state["query"][hit[opened]], (0, 1, 0, -1)))
+            touched[hit] = True
     # 3. expiry by the partition's clock
-    expired = (searches["status"] == OPEN) & (
-        searches["searched_ms"].astype("int64") + JOIN_WITHIN_MS + allowed_ms < clock
+    expired = (state["status"] == OPEN) & (
+        state["searched_ms"] + JOIN_WITHIN_MS + allowed_ms < clock
     )
     if expired.any():
-        searches.loc[expired, "status"] = NO_CLICK
-        touched.update(searches.loc[expired, "search_id"])
-        deltas.append(
-            pd.DataFrame({"d_query": searches.loc[expired, "query"], "d_no_click": 1, "d_open": -1})
-        )
+        state["status"][expired] = NO_CLICK
+        touched |= expired
+        deltas.append((state["query"][expired], (0, 0, 1, -1)))
     # 4. publish what changed, then forget what no record can reach any more
-    out: list[dict[str, Any]] = []
-    if touched:
-        changed = searches["search_id"].isin(touched)
-        searches.loc[changed, "revision"] = searches.loc[changed, "revision"].astype("int64") + 1
-        out.extend(_search_values(partition, r) for r in searches[changed].itertuples(index=False))
-    out.extend(joined_rows)
-    reach = searches["searched_ms"].astype("int64") + JOIN_WITHIN_MS + allowed_ms
-    searches = searches[reach >= clock].reset_index(drop=True)
+    changed = np.flatnonzero(touched)
+    state["revision"][changed] += 1
+    out = _output(partition, state, changed, clicks, joined, row, clicked_ms)
+    reach = state["searched_ms"] + JOIN_WITHIN_MS + allowed_ms
+    searches = _search_frame(state, reach >= clock)
     if len(waiting):
         waiting = waiting[waiting["clicked_ms"].astype("int64") + allowed_ms >= clock]
         waiting = waiting.reset_index(drop=True)
-    counts = (
-        pd.concat(deltas, ignore_index=True).fillna(0)
-        if deltas
-        else pd.DataFrame({"d_query": pd.Series(dtype="object")})
+    return clock, searches, waiting, out, _counts(deltas)
+
+
+def _ints(column: Any) -> tuple[Any, Any]:
+    """A column of integers (int, float or object dtype, with missing values) as a fresh int64
+    array (0 where missing) and the mask of the values present."""
+    kind = column.dtype.kind if isinstance(column.dtype, np.dtype) else "O"  # Int64: "O"
+    if kind in "iu":
+        return np.array(column.to_numpy(), dtype="int64"), np.ones(len(column), dtype=bool)
+    if kind == "f":
+        values = column.to_numpy()
+        valid = ~np.isnan(values)
+        return np.where(valid, values, 0).astype("int64"), valid
+    valid = column.notna().to_numpy()
+    return np.array(column.to_numpy(dtype="int64", na_value=0), dtype="int64"), valid
+
+
+def _search_arrays(frame: Any) -> dict[str, Any]:
+    """The stored searches as fresh numpy arrays (the step changes them in place)."""
+    user, user_ok = _ints(frame["user_id"])
+    first, first_ok = _ints(frame["first_click_ms"])
+    return {
+        "search_id": frame["search_id"].to_numpy(dtype=object, copy=True),
+        "session_id": frame["session_id"].to_numpy(dtype=object, copy=True),
+        "user_id": user,
+        "user_ok": user_ok,
+        "query": frame["query"].to_numpy(dtype=object, copy=True),
+        "searched_ms": _ints(frame["searched_ms"])[0],
+        "received_ms": _ints(frame["received_ms"])[0],
+        "status": frame["status"].to_numpy(dtype=object, copy=True),
+        "clicks": _ints(frame["clicks"])[0],
+        "first_click_ms": first,
+        "first_ok": first_ok,
+        "revision": _ints(frame["revision"])[0],
+        "click_ids": frame["click_ids"].to_numpy(dtype=object, copy=True),
+    }
+
+
+def _new_searches(new: Any) -> dict[str, Any]:
+    count = len(new)
+    user, user_ok = _ints(new["user_id"])
+    return {
+        "search_id": new["event_id"].astype(str).to_numpy(dtype=object),
+        "session_id": new["session_id"].to_numpy(dtype=object),
+        "user_id": user,
+        "user_ok": user_ok,
+        "query": new["query"].fillna("").to_numpy(dtype=object),
+        "searched_ms": new["corrected_time"].astype("int64").to_numpy(),
+        "received_ms": new["received_time"].astype("int64").to_numpy(),
+        "status": np.full(count, OPEN, dtype=object),
+        "clicks": np.zeros(count, dtype="int64"),
+        "first_click_ms": np.zeros(count, dtype="int64"),
+        "first_ok": np.zeros(count, dtype=bool),
+        "revision": np.zeros(count, dtype="int64"),
+        "click_ids": np.full(count, "", dtype=object),
+    }
+
+
+def _search_frame(state: dict[str, Any], keep: Any) -> Any:
+    import pandas as pd
+
+    def ints(name: str, present: str) -> Any:
+        return pd.arrays.IntegerArray(state[name][keep], ~state[present][keep])
+
+    columns = {name: state[name][keep] for name in SEARCH_COLUMNS if name in state}
+    columns.update(
+        user_id=ints("user_id", "user_ok"), first_click_ms=ints("first_click_ms", "first_ok")
     )
-    for name in DELTAS:
-        counts[name] = counts[name].astype("int64") if name in counts else 0
-    return clock, searches, waiting, out, counts
+    return pd.DataFrame({name: columns[name] for name in SEARCH_COLUMNS})
 
 
-def _search_values(partition: int, search: Any) -> dict[str, Any]:
-    first = search.first_click_ms
-    fields = {
-        "search_id": search.search_id,
-        "session_id": search.session_id,
-        "user_id": None if search.user_id is None else int(search.user_id),
-        "query": search.query,
-        "searched_at": iso_ms(int(search.searched_ms)),
-        "searched_ms": int(search.searched_ms),
-        "expires_ms": int(search.searched_ms) + JOIN_WITHIN_MS,
-        "received_ms": int(search.received_ms),
-        "partition": partition,
-        "status": search.status,
-        "clicks": int(search.clicks),
-        "first_click_ms": None if first is None or first != first else int(first),
-    }
-    return _values(SEARCHES, search_key(search.search_id), int(search.revision), fields)
+def _listed(ids: Any, lists: Any) -> Any:
+    """Per position: is ``ids[i]`` one of the comma-separated ``lists[i]``?"""
+    pieces = pc.split_pattern(pa.array(lists, pa.string()), ",")
+    owner = pc.list_parent_indices(pieces)
+    same = pc.equal(pc.list_flatten(pieces), pa.array(ids, pa.string()).take(owner))
+    out = np.zeros(len(ids), dtype=bool)
+    out[owner.to_numpy()[pc.fill_null(same, False).to_numpy(zero_copy_only=False)]] = True
+    return out
 
 
-def _click_values(partition: int, search: Any, click: Any) -> dict[str, Any]:
-    fields = {
-        "click_id": click.click_id,
-        "search_id": click.search_id,
-        "query": search["query"],
-        "session_id": click.session_id,
-        "user_id": None if search["user_id"] is None else int(search["user_id"]),
-        "post_id": None if click.post_id is None else int(click.post_id),
-        "searched_at": iso_ms(int(search["searched_ms"])),
-        "clicked_at": iso_ms(int(click.clicked_ms)),
-        "delay_ms": int(click.delay_ms),
-        "received_ms": int(click.received_ms),
-        "partition": partition,
-    }
-    return _values(CLICKS, window_key(click_id=click.click_id), 1, fields)
+def _join(state: dict[str, Any], row: Any, clicked_ms: Any, click_ids: Any) -> tuple[Any, Any]:
+    """Joined clicks (their search's position, time and id, in arrival order) into their
+    searches: ``clicked``, clicks counted, the first click's time, the ids appended in order.
+    The searches hit (ascending) and which of them were open."""
+    order = np.argsort(row, kind="stable")
+    hit, start, count = np.unique(row[order], return_index=True, return_counts=True)
+    first = np.minimum.reduceat(clicked_ms[order], start)
+    opened = state["status"][hit] == OPEN
+    state["status"][hit] = CLICKED
+    state["clicks"][hit] += count
+    had = state["first_ok"][hit]
+    state["first_click_ms"][hit] = np.where(
+        had, np.minimum(state["first_click_ms"][hit], first), first
+    )
+    state["first_ok"][hit] = True
+    group = np.repeat(np.arange(len(hit)), count)
+    state["click_ids"][hit] = _appended(state["click_ids"][hit], click_ids[order], group)
+    return hit, opened
 
 
-def _values(collection: str, key: str, position: int, fields: dict[str, Any]) -> dict[str, Any]:
-    values: dict[str, Any] = dict.fromkeys(FOLDED_FIELDS)
-    values.update(
+def _appended(lists: Any, ids: Any, owner: Any) -> Any:
+    """Per list (comma-separated, empty items dropped): ``ids`` whose ``owner`` is that list
+    appended in order, comma-separated again."""
+    pieces = pc.split_pattern(pa.array(lists, pa.string()), ",")
+    items = pc.list_flatten(pieces)
+    present = pc.not_equal(items, "").to_numpy(zero_copy_only=False)
+    values = pa.concat_arrays([items.filter(present), pa.array(ids, pa.string())])
+    owners = np.concatenate([pc.list_parent_indices(pieces).to_numpy()[present], owner])
+    offsets = np.zeros(len(lists) + 1, dtype="int32")
+    np.cumsum(np.bincount(owners, minlength=len(lists)), out=offsets[1:])
+    order = np.argsort(owners, kind="stable")
+    joined = pc.binary_join(pa.ListArray.from_arrays(offsets, values.take(order)), ",")
+    return joined.to_numpy(zero_copy_only=False)
+
+
+def _counts(deltas: list[tuple[Any, tuple[int, int, int, int]]]) -> Any:
+    """The count changes per query: one row per change, in the order they happened."""
+    import pandas as pd
+
+    parts = [(np.empty(0, dtype=object), (0, 0, 0, 0)), *deltas]
+    frame = {"d_query": np.concatenate([queries for queries, _ in parts])}
+    for i, name in enumerate(DELTAS):
+        frame[name] = np.concatenate(
+            [np.full(len(queries), step[i], dtype="int64") for queries, step in parts]
+        )
+    return pd.DataFrame(frame)
+
+
+def _output(
+    partition: int,
+    state: dict[str, Any],
+    changed: Any,
+    clicks: Any,
+    joined: Any,
+    row: Any,
+    clicked_ms: Any,
+) -> Any:
+    """The folded rows: every changed search (its next revision), then every joined click."""
+    empty = pa.array([], pa.string())
+    searches = _search_texts(partition, state, changed) if len(changed) else (empty, empty)
+    joins = (
+        _click_texts(partition, state, clicks.iloc[joined], row, clicked_ms)
+        if len(joined)
+        else (empty, empty)
+    )
+    return _folded(
+        np.repeat(np.array([SEARCHES, CLICKS], dtype=object), [len(changed), len(joined)]),
+        pa.concat_arrays([searches[0], joins[0]]),
+        np.concatenate([state["revision"][changed], np.ones(len(joined), dtype="int64")]),
+        pa.concat_arrays([searches[1], joins[1]]),
+    )
+
+
+def _search_texts(partition: int, state: dict[str, Any], changed: Any) -> tuple[Any, Any]:
+    """The keys and fields (JSON) of the searches at ``changed``."""
+    searched = state["searched_ms"][changed]
+    fields = _json_objects(
+        len(changed),
+        [
+            ("search_id", _json_strings(state["search_id"][changed])),
+            ("session_id", _json_strings(state["session_id"][changed])),
+            ("user_id", _json_ints(state["user_id"][changed], state["user_ok"][changed])),
+            ("query", _json_strings(state["query"][changed])),
+            ("searched_at", _json_times(searched)),
+            ("searched_ms", _json_ints(searched)),
+            ("expires_ms", _json_ints(searched + JOIN_WITHIN_MS)),
+            ("received_ms", _json_ints(state["received_ms"][changed])),
+            ("partition", str(int(partition))),
+            ("status", _json_strings(state["status"][changed])),
+            ("clicks", _json_ints(state["clicks"][changed])),
+            (
+                "first_click_ms",
+                _json_ints(state["first_click_ms"][changed], state["first_ok"][changed]),
+            ),
+        ],
+    )
+    return pa.array(state["search_id"][changed], pa.string()), fields  # search_key: the id
+
+
+def _click_texts(
+    partition: int, state: dict[str, Any], click: Any, row: Any, clicked_ms: Any
+) -> tuple[Any, Any]:
+    """The keys and fields (JSON) of joined clicks (their search at ``row``)."""
+    click_id = _json_strings(click["click_id"].to_numpy(dtype=object))
+    post, post_ok = _ints(click["post_id"])
+    searched = state["searched_ms"][row]
+    fields = _json_objects(
+        len(click),
+        [
+            ("click_id", click_id),
+            ("search_id", _json_strings(click["search_id"].to_numpy(dtype=object))),
+            ("query", _json_strings(state["query"][row])),
+            ("session_id", _json_strings(click["session_id"].to_numpy(dtype=object))),
+            ("user_id", _json_ints(state["user_id"][row], state["user_ok"][row])),
+            ("post_id", _json_ints(post, post_ok)),
+            ("searched_at", _json_times(searched)),
+            ("clicked_at", _json_times(clicked_ms)),
+            ("delay_ms", _json_ints(clicked_ms - searched)),
+            ("received_ms", _json_ints(_ints(click["received_ms"])[0])),
+            ("partition", str(int(partition))),
+        ],
+    )
+    return _json_objects(len(click), [("click_id", click_id)]), fields  # window_key(click_id=)
+
+
+def _folded(collection: Any, key: Any, position: Any, fields: Any) -> Any:
+    """Folded Put rows (the columns of ``FOLDED_FIELDS``) from columns."""
+    import pandas as pd
+
+    size = len(position)
+    columns: dict[str, Any] = {name: np.full(size, None, dtype=object) for name in FOLDED_FIELDS}
+    columns.update(
         collection=collection,
-        key=key,
-        position=position,
-        deleted=False,
-        fields=json.dumps(fields, separators=(",", ":")),
-        fresh=False,
+        key=key.to_numpy(zero_copy_only=False),
+        position=np.asarray(position, dtype="int64"),
+        deleted=np.zeros(size, dtype=bool),
+        fields=fields.to_numpy(zero_copy_only=False),
+        fresh=np.zeros(size, dtype=bool),
     )
-    return values
+    return pd.DataFrame(columns)
+
+
+# -- JSON text, column-wise: the text json.dumps(..., separators=(",", ":")) writes ----------
+
+_NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
+_ISO_FROM_MS = -30_610_224_000_000  # 1000-01-01: iso_ms writes four-digit years from here
+_ISO_TO_MS = 253_402_300_800_000  # 10000-01-01
+
+
+def _json_strings(values: Any) -> Any:
+    """Strings (``None`` as ``null``) as JSON string literals: plain ASCII quoted column-wise,
+    the few that need escaping through ``json.dumps`` itself (the same text either way)."""
+    text = pa.array(values, pa.string(), from_pandas=True)
+    quoted = pc.binary_join_element_wise('"', text, '"', "")
+    escape = pc.or_(
+        pc.match_substring_regex(text, _NEEDS_ESCAPE), pc.invert(pc.string_is_ascii(text))
+    )
+    escape = pc.fill_null(escape, False)
+    if pc.any(escape).as_py():
+        escaped = [json.dumps(value) for value in text.filter(escape).to_pylist()]
+        quoted = pc.replace_with_mask(quoted, escape, pa.array(escaped, pa.string()))
+    return pc.fill_null(quoted, "null")
+
+
+def _json_ints(values: Any, present: Any = None) -> Any:
+    """int64 values (missing where ``present`` is False) as JSON numbers or ``null``."""
+    numbers = pa.array(values, pa.int64(), mask=None if present is None else ~present)
+    return pc.fill_null(pc.cast(numbers, pa.string()), "null")
+
+
+def _json_times(ms: Any) -> Any:
+    """Epoch milliseconds as JSON strings of their :func:`projections.time.iso_ms` text."""
+    ms = np.asarray(ms, dtype="int64")
+    inside = (ms >= _ISO_FROM_MS) & (ms < _ISO_TO_MS)
+    moments = pa.array(np.where(inside, ms, 0), pa.int64()).cast(pa.timestamp("ms"))
+    text = pc.cast(moments, pa.string())  # 2026-01-01 12:00:00.000: four-digit years here
+    text = pc.binary_replace_slice(text, 10, 11, "T")
+    text = pc.binary_join_element_wise('"', text, 'Z"', "")
+    if not inside.all():
+        others = [json.dumps(iso_ms(int(m))) for m in ms[~inside]]
+        text = pc.replace_with_mask(text, pa.array(~inside), pa.array(others, pa.string()))
+    return text
+
+
+def _json_objects(size: int, fields: list[tuple[str, Any]]) -> Any:
+    """Compact JSON objects, keys in this order, from each field's JSON text (an array, or one
+    text for every row)."""
+    if size == 0:
+        return pa.array([], pa.string())
+    parts: list[Any] = []
+    for i, (name, text) in enumerate(fields):
+        parts += [("{" if i == 0 else ",") + json.dumps(name) + ":", text]
+    return pc.binary_join_element_wise(*parts, "}", "")
+
+
+def _typed(frame: Any) -> Any:
+    """Folded rows or count changes as the processor's output columns, typed as Spark reads
+    them (every frame the same columns in the same order and types, so that they concatenate
+    as they are: pandas looks at every value of a column it has to align)."""
+    for name in ("d_query", *DELTAS, *FOLDED_FIELDS):
+        if name not in frame:
+            frame[name] = None
+    for name in ("position", "partition", "offset", *DELTAS):
+        frame[name] = frame[name].astype("Int64")
+    for name in ("deleted", "fresh"):
+        frame[name] = frame[name].astype("boolean")
+    for name in (
+        "collection",
+        "key",
+        "fields",
+        "member",
+        "changes",
+        "topic",
+        "error",
+        "raw_key",
+        "raw_value",
+        "d_query",
+    ):
+        column = frame[name].astype(object)
+        frame[name] = column.where(column.notna(), None)
+    return frame[[*FOLDED_FIELDS, "d_query", *DELTAS]]  # in one order: a plain concatenation
+
+
+def _stacked(frames: list[Any]) -> Any:
+    """Frames of the same columns one after the other, column by column: a frame concatenation
+    may align their blocks value by value (seconds per 100k rows of all-null object columns)."""
+    import pandas as pd
+
+    if len(frames) == 1:
+        return frames[0]
+    return pd.DataFrame(
+        {name: pd.concat([f[name] for f in frames], ignore_index=True) for name in frames[0]}
+    )
 
 
 def _processor(allowed_ms: int, job: str) -> Any:
@@ -304,7 +526,7 @@ def _processor(allowed_ms: int, job: str) -> Any:
 
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
             partition = int(key[0])
-            frame = pd.concat(list(rows), ignore_index=True)
+            frame = _stacked(list(rows))
             late = late_values(frame, job)
             frame = frame[frame["error"].isna()]
             stored = self.state.get() if self.state.exists() else None
@@ -318,34 +540,10 @@ def _processor(allowed_ms: int, job: str) -> Any:
             # The chained aggregation drops rows older than the watermark: stamp them with
             # the later of the watermark and the partition's clock.
             stamp = pd.Timestamp(max(clock, int(timerValues.getCurrentWatermarkInMs())), unit="ms")
-            frames = []
-            if out or late:
-                frames.append(pd.DataFrame(out + late, columns=list(FOLDED_FIELDS)))
-            if len(counts):
-                frames.append(counts)
+            parts = (out, pd.DataFrame(late, columns=list(FOLDED_FIELDS)), counts)
+            frames = [_typed(part) for part in parts if len(part)]
             if frames:
-                result = pd.concat(frames, ignore_index=True)
-                for name in ("d_query", *DELTAS, *FOLDED_FIELDS):
-                    if name not in result:
-                        result[name] = None
-                for name in ("position", "partition", "offset", *DELTAS):
-                    result[name] = result[name].astype("Int64")
-                for name in ("deleted", "fresh"):
-                    result[name] = result[name].astype("boolean")
-                for name in (
-                    "collection",
-                    "key",
-                    "fields",
-                    "member",
-                    "changes",
-                    "topic",
-                    "error",
-                    "raw_key",
-                    "raw_value",
-                    "d_query",
-                ):
-                    column = result[name].astype(object)
-                    result[name] = column.where(column.notna(), None)
+                result = _stacked(frames)
                 result["ts"] = stamp
                 yield result[[*FOLDED_FIELDS, "d_query", *DELTAS, "ts"]]
 
@@ -382,9 +580,65 @@ def totals_step(stored: Any, deltas: Any) -> tuple[Any, Any]:
     return totals, changed.reset_index(drop=True)
 
 
+def query_rows(changed: Any) -> Any:
+    """The folded rows of the queries whose totals changed (``totals_step``'s second frame):
+    their counts and click-through rate (``clicked / searches``, six decimals; ``null`` while
+    there are no searches), built column-wise."""
+    searches = changed["searches"].to_numpy(dtype="int64")
+    clicked = changed[CLICKED].to_numpy(dtype="int64")
+    query = _json_strings(changed["query"].to_numpy(dtype=object))
+    fields = _json_objects(
+        len(changed),
+        [
+            ("query", query),
+            ("searches", _json_ints(searches)),
+            (CLICKED, _json_ints(clicked)),
+            (NO_CLICK, _json_ints(changed[NO_CLICK].to_numpy(dtype="int64"))),
+            (OPEN, _json_ints(changed[OPEN].to_numpy(dtype="int64"))),
+            ("ctr", _json_ctr(clicked, searches)),
+        ],
+    )
+    return _folded(
+        np.full(len(changed), QUERIES, dtype=object),
+        _json_objects(len(changed), [("query", query)]),  # query_key
+        changed["revision"].to_numpy(dtype="int64"),
+        fields,
+    )
+
+
+_SMALL_CTR = pa.array([repr(k / 1_000_000) for k in range(100)])  # below 1e-4: 1e-06, 1.2e-05
+
+
+def _json_ctr(clicked: Any, searches: Any) -> Any:
+    """``round(clicked / searches, 6)`` as the JSON text ``json.dumps`` writes (``null`` for no
+    searches). The six decimals are rounded in integers, exactly as Python's ``round`` rounds
+    the quotient, unless the quotient lies exactly half-way (or the counts are beyond 4e9): those
+    rare rows go through Python's ``round`` itself."""
+    c = np.asarray(clicked, dtype="int64")
+    s = np.asarray(searches, dtype="int64")
+    exact = (s > 0) & (c >= 0) & (c <= s) & (s < 4_000_000_000)
+    den = np.where(exact, s, 1)
+    k, rem = np.divmod(np.where(exact, c, 0) * 1_000_000, den)
+    k += 2 * rem > den
+    exact &= 2 * rem != den
+    digits = pc.utf8_rtrim(pc.utf8_lpad(pc.cast(pa.array(k), pa.string()), 6, "0"), "0")
+    text = pc.binary_join_element_wise("0.", digits, "")  # 0.0001 .. 0.999999: Python's repr
+    text = pc.if_else(pa.array(k == 0), "0.0", text)
+    text = pc.if_else(pa.array(k == 1_000_000), "1.0", text)
+    small = (k > 0) & (k < 100)
+    text = pc.if_else(pa.array(small), _SMALL_CTR.take(np.where(small, k, 0)), text)
+    text = pc.if_else(pa.array(s == 0), "null", text)
+    other = ~exact & (s != 0)
+    if other.any():
+        rounded = [
+            json.dumps(round(int(a) / int(b), 6)) for a, b in zip(c[other], s[other], strict=True)
+        ]
+        text = pc.replace_with_mask(text, pa.array(other), pa.array(rounded, pa.string()))
+    return text
+
+
 def _totals_processor() -> Any:
     import pandas as pd
-    import pyarrow as pa
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     class TotalsProcessor(StatefulProcessor):
@@ -395,7 +649,7 @@ def _totals_processor() -> Any:
             self.state = handle.getValueState("totals", TOTALS_STATE)
 
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
-            frame = pd.concat(list(rows), ignore_index=True)
+            frame = _stacked(list(rows))
             counting = frame["d_query"].notna()
             out = frame[~counting][list(FOLDED_FIELDS)]
             if counting.any():
@@ -407,27 +661,8 @@ def _totals_processor() -> Any:
                 )
                 totals, changed = totals_step(totals, frame[counting])
                 self.state.update((_frame_bytes(totals),))
-                rows_out = [
-                    _values(
-                        QUERIES,
-                        query_key(str(q.query)),
-                        int(q.revision),
-                        {
-                            "query": q.query,
-                            "searches": int(q.searches),
-                            CLICKED: int(q.clicked),
-                            NO_CLICK: int(q.no_click),
-                            OPEN: int(q.open),
-                            "ctr": round(int(q.clicked) / int(q.searches), 6)
-                            if int(q.searches)
-                            else None,
-                        },
-                    )
-                    for q in changed.itertuples(index=False)
-                ]
-                out = pd.concat(
-                    [out, pd.DataFrame(rows_out, columns=list(FOLDED_FIELDS))], ignore_index=True
-                )
+                queries = query_rows(changed)
+                out = _stacked([out, queries]) if len(out) else queries
             if len(out):
                 for name in ("position", "partition", "offset"):
                     out[name] = out[name].astype("Int64")
