@@ -466,14 +466,18 @@ class ViewJob:
             running = {i: pool.submit(self.writers[i].apply, batch, reject) for i in others}
 
             def gate() -> None:
-                for index, future in running.items():
+                for future in running.values():
                     future.result()  # a failure here rolls the primary back
-                    self._stored(index, batch)
 
             try:
                 applied = self.writers[primary].apply(batch, reject, gate)
             finally:
                 wait(running.values())
+        # A primary that had the batch already never reached the gate: the other stores'
+        # failures are raised here then.
+        for index, future in running.items():
+            future.result()
+            self._stored(index, batch)
         self._stored(primary, batch)
         return applied
 
