@@ -32,7 +32,7 @@ from examples.social.analytics.ctr import (
     ctr_step,
     search_key,
 )
-from examples.social.analytics.stateful import FOLDED_FIELDS
+from examples.social.analytics.stateful import FOLDED_FIELDS, put_values
 from projections.time import HOUR_MS, iso_ms, window_key
 
 ALLOWED = 300_000
@@ -301,7 +301,7 @@ def _oracle_search_values(partition: int, search: Any) -> dict[str, Any]:
         "clicks": int(search.clicks),
         "first_click_ms": None if first is None or first != first else int(first),
     }
-    return _oracle_values(SEARCHES, search_key(search.search_id), int(search.revision), fields)
+    return put_values(SEARCHES, search_key(search.search_id), int(search.revision), fields)
 
 
 def _oracle_click_values(partition: int, search: Any, click: Any) -> dict[str, Any]:
@@ -318,22 +318,7 @@ def _oracle_click_values(partition: int, search: Any, click: Any) -> dict[str, A
         "received_ms": int(click.received_ms),
         "partition": partition,
     }
-    return _oracle_values(CLICKS, window_key(click_id=click.click_id), 1, fields)
-
-
-def _oracle_values(
-    collection: str, key: str, position: int, fields: dict[str, Any]
-) -> dict[str, Any]:
-    values: dict[str, Any] = dict.fromkeys(FOLDED_FIELDS)
-    values.update(
-        collection=collection,
-        key=key,
-        position=position,
-        deleted=False,
-        fields=json.dumps(fields, separators=(",", ":")),
-        fresh=False,
-    )
-    return values
+    return put_values(CLICKS, window_key(click_id=click.click_id), 1, fields)
 
 
 QUERY_TEXTS = ["kafka", "spark join", 'say "hi"', "café", "back\\slash", "tab\there", ""]
@@ -600,7 +585,7 @@ def test_the_rows_of_the_changed_totals_are_the_rows_they_were() -> None:
         columns=list(TOTALS_COLUMNS),
     )
     expected = [
-        _oracle_values(
+        put_values(
             "queries",
             query_key(str(q.query)),
             int(q.revision),
