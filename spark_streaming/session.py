@@ -10,6 +10,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from spark_streaming.class_archive import archive_options
+from spark_streaming.worker_python import worker_python
 
 ROCKSDB_STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -40,15 +41,19 @@ def spark_session(
     class_archive: Path | None = None,
 ) -> Any:
     """Get or create the process's SparkSession: no UI, few shuffle partitions, loopback only,
-    and Python workers on this interpreter (so they import the same packages). ``local_dir``:
+    and Python workers on this interpreter (so they import the same packages; with a local
+    master, through :func:`~spark_streaming.worker_python.worker_python`). ``local_dir``:
     Spark's scratch space (block manager, shuffle), so a killed driver leaves its files in a
     folder of ours rather than in /tmp. ``java_options``: extra JVM options of the driver and
     executors (e.g. C1 only and the serial collector: a faster start on a small machine).
     ``class_archive``: the driver maps Spark's classes from this archive when it exists
     (:mod:`spark_streaming.class_archive`)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Spark's Python processes import pyspark from the installed package, not from Spark's
+    # zips (see worker_python): on this machine, where every one of them runs.
+    python = worker_python() if master.startswith("local") else sys.executable
     # The data-source planner process ignores spark.pyspark.python: name the interpreter here.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", python)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -58,7 +63,7 @@ def spark_session(
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.pyspark.python", sys.executable)
+        .config("spark.pyspark.python", python)
         .config("spark.pyspark.driver.python", sys.executable)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
