@@ -53,6 +53,14 @@ class Settings(BaseSettings):
     schema_registry_port: int = Field(
         18081, description="Local schema registry (Confluent REST API) port."
     )
+    broker_storage: Literal["s3", "memory"] = Field(
+        "s3",
+        description=(
+            "Where the local broker keeps its log: `s3` (the local object store: topics survive"
+            " a restart) or `memory` (no object store; topics are lost when the broker stops;"
+            " for throwaway stacks such as a test session)."
+        ),
+    )
 
     # Binaries.
     postgres_bin_dir: Path = Field(

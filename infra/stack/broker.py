@@ -1,4 +1,7 @@
-"""The Kafka-protocol broker (Tansu) on durable S3 storage."""
+"""The Kafka-protocol broker (Tansu): on durable S3 storage (the local object store), or in
+memory for a throwaway stack (measured here: idle, the S3-backed broker and its object store
+burn about 0.12 s of CPU a second, the in-memory one none; a one-record produce costs about
+13 ms of their CPU on S3 and 0.3 ms in memory)."""
 
 import signal
 from pathlib import Path
@@ -26,12 +29,19 @@ class BrokerService(Service):
     stop_timeout = 30.0
 
     def __init__(
-        self, home: Path, port: int, store: ObjectStoreService, bucket: str = BUCKET
+        self,
+        home: Path,
+        port: int,
+        store: ObjectStoreService,
+        bucket: str = BUCKET,
+        *,
+        in_memory: bool = False,
     ) -> None:
         super().__init__(home)
         self.port = port
         self.store = store
         self.bucket = bucket  # the stack's broker uses BUCKET, which the object store creates
+        self.in_memory = in_memory  # memory://: no object store, topics lost when it stops
 
     def ports(self) -> dict[int, str]:
         return {self.port: "TRIBUTARY_BROKER_PORT"}
@@ -52,11 +62,11 @@ class BrokerService(Service):
             "--advertised-listener-url",
             url,
             "--storage-engine",
-            f"s3://{self.bucket}/",
+            "memory://tansu/" if self.in_memory else f"s3://{self.bucket}/",
         ]
 
     def env(self) -> dict[str, str]:
-        return self.store.s3_env()
+        return {} if self.in_memory else self.store.s3_env()
 
     def ready(self) -> bool:
         if not port_accepts(self.port):

@@ -61,6 +61,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "TRIBUTARY_POSTGRES_PORT": str(settings.postgres_port),
         "TRIBUTARY_REDIS_PORT": str(settings.redis_port),
         "TRIBUTARY_BROKER_PORT": str(settings.broker_port),
+        "TRIBUTARY_BROKER_STORAGE": settings.broker_storage,
         "TRIBUTARY_OBJECTSTORE_PORT": str(settings.objectstore_port),
         "TRIBUTARY_OBJECTSTORE_INTERNAL_PORT": str(settings.objectstore_internal_port),
         "TRIBUTARY_SCHEMA_REGISTRY_PORT": str(settings.schema_registry_port),

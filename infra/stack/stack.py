@@ -48,7 +48,12 @@ class LocalStack:
         self.objectstore = ObjectStoreService(
             self.home, settings.objectstore_port, settings.objectstore_internal_port
         )
-        self.broker = BrokerService(self.home, settings.broker_port, self.objectstore)
+        self.broker = BrokerService(
+            self.home,
+            settings.broker_port,
+            self.objectstore,
+            in_memory=settings.broker_storage == "memory",
+        )
         # With TRIBUTARY_SCHEMA_REGISTRY_URL set, that registry is used and none is started.
         self.registry = (
             SchemaRegistryService(
@@ -63,8 +68,10 @@ class LocalStack:
 
     @property
     def services(self) -> list[Service]:
-        """The processes the stack runs; the registry last (it needs the broker)."""
-        own: list[Service] = [self.postgres, self.redis, self.objectstore, self.broker]
+        """The processes the stack runs; the registry last (it needs the broker). A broker in
+        memory needs no object store."""
+        store = [] if self.broker.in_memory else [self.objectstore]
+        own: list[Service] = [self.postgres, self.redis, *store, self.broker]
         return own if self.registry is None else [*own, self.registry]
 
     def service(self, name: str) -> Service:
@@ -90,7 +97,7 @@ class LocalStack:
         wanted = self.services if names is None else [self.service(n) for n in names]
         if self.registry in wanted and self.broker not in wanted:
             wanted.insert(wanted.index(self.registry), self.broker)
-        if self.broker in wanted and self.objectstore not in wanted:
+        if self.broker in wanted and not self.broker.in_memory and self.objectstore not in wanted:
             wanted.insert(wanted.index(self.broker), self.objectstore)
         todo = [svc for svc in wanted if svc.pid() is None]
         self._preflight(todo)

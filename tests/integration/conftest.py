@@ -3,6 +3,12 @@
 Set ``TRIBUTARY_TEST_KAFKA_BOOTSTRAP_SERVERS``, ``TRIBUTARY_TEST_POSTGRES_URL`` and
 ``TRIBUTARY_TEST_REDIS_URL`` to run the same tests against existing services; otherwise the
 session starts a local stack in a temporary folder on free ports and tears it down.
+
+The session's broker keeps its log in memory (``broker_storage="memory"``): the same Tansu,
+without the object store under it, which on S3 costs about 13 ms of CPU per produce request
+and 0.12 s per second idle on this 2-core machine. The tests of what the S3 engine itself does
+(its listing waits, its under-reported ends, topics that survive a broker restart) take
+``s3_stack``: a broker on S3 storage of their module's own, as the local stack runs by default.
 """
 
 import os
@@ -70,9 +76,34 @@ def stack() -> Iterator[Endpoints]:
     if all(external.values()):
         yield Endpoints(load_settings(**external), None)
         return
-    settings = isolated_settings("tributary-session-")
+    settings = isolated_settings("tributary-session-", broker_storage="memory")
     local = LocalStack(settings)
     local.up()
+    try:
+        yield Endpoints(settings, local)
+    finally:
+        local.down(purge=True)
+        shutil.rmtree(settings.home.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def s3_stack(stack: Endpoints) -> Iterator[Endpoints]:
+    """The session's services, but a broker of the module's own on S3 storage (SeaweedFS, as
+    the local stack runs by default), stopped after the module. With services named in the
+    environment, those."""
+    if stack.local is None:
+        yield stack
+        return
+    session = stack.settings
+    settings = isolated_settings(
+        "tributary-s3-",
+        broker_storage="s3",
+        postgres_port=session.postgres_port,
+        redis_port=session.redis_port,
+        schema_registry_port=session.schema_registry_port,
+    )
+    local = LocalStack(settings)
+    local.up(["broker"])  # and its object store
     try:
         yield Endpoints(settings, local)
     finally:

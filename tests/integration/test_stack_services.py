@@ -49,12 +49,14 @@ def _read_all(
     return out
 
 
-def test_topic_survives_a_broker_restart(stack: Endpoints, unique: str) -> None:
-    if stack.local is None:
+def test_topic_survives_a_broker_restart(s3_stack: Endpoints, unique: str) -> None:
+    if s3_stack.local is None:
         pytest.skip("the broker is external to this session: it cannot be restarted from here")
     topic = f"durable-{unique}"
-    TopicAdmin(stack.kafka).ensure(history_topic(topic, partitions=3))
-    producer = Producer({"bootstrap.servers": stack.bootstrap_servers, "enable.idempotence": True})
+    TopicAdmin(s3_stack.kafka).ensure(history_topic(topic, partitions=3))
+    producer = Producer(
+        {"bootstrap.servers": s3_stack.bootstrap_servers, "enable.idempotence": True}
+    )
     sent = [(i % 3, f"k{i}".encode(), f"value-{i}".encode()) for i in range(5000)]
     for partition, key, value in sent:
         producer.produce(topic, key=key, value=value, partition=partition)
@@ -62,11 +64,11 @@ def test_topic_survives_a_broker_restart(stack: Endpoints, unique: str) -> None:
             producer.poll(0)
     assert producer.flush(30) == 0
 
-    old_pid = stack.local.broker.pid()
-    stack.local.restart("broker")
-    assert stack.local.broker.pid() not in (None, old_pid)
+    old_pid = s3_stack.local.broker.pid()
+    s3_stack.local.restart("broker")
+    assert s3_stack.local.broker.pid() not in (None, old_pid)
 
-    received = _read_all(stack.bootstrap_servers, topic, 3, len(sent))
+    received = _read_all(s3_stack.bootstrap_servers, topic, 3, len(sent))
     assert sorted(received) == sorted(sent)
     for p in range(3):
         in_partition = [v for part, _, v in received if part == p]

@@ -34,16 +34,18 @@ RECORDS = 1000
 
 
 @pytest.fixture
-def topic(stack: Endpoints, unique: str) -> Iterator[str]:
+def topic(s3_stack: Endpoints, unique: str) -> Iterator[str]:
     name = f"live_{unique}"
-    TopicAdmin(stack.kafka).ensure(TopicSpec(name, partitions=1))
+    TopicAdmin(s3_stack.kafka).ensure(TopicSpec(name, partitions=1))
     # One record per stored batch, as a steady producer with a short linger leaves them.
-    producer = Producer(stack.kafka.client_properties(**{"linger.ms": 0, "batch.num.messages": 1}))
+    producer = Producer(
+        s3_stack.kafka.client_properties(**{"linger.ms": 0, "batch.num.messages": 1})
+    )
     for i in range(RECORDS):
         producer.produce(name, value=f"v{i}".encode(), partition=0)
     assert producer.flush(30) == 0
     yield name
-    TopicAdmin(stack.kafka).delete(name)
+    TopicAdmin(s3_stack.kafka).delete(name)
 
 
 def options_for(stack: Endpoints, topic: str, poll_timeout_ms: int) -> KafkaSourceOptions:
@@ -67,32 +69,32 @@ def offsets_read(options: KafkaSourceOptions, r: OffsetRange) -> list[int]:
 
 
 def test_a_range_read_waits_longer_when_fetches_bring_nothing_and_reads_it_exactly(
-    stack: Endpoints, topic: str, monkeypatch: pytest.MonkeyPatch
+    s3_stack: Endpoints, topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    options = options_for(stack, topic, 20_000)
+    options = options_for(s3_stack, topic, 20_000)
     monkeypatch.setattr(kafka_reader, "_learned_wait", {})
     set_waits(monkeypatch, (1, 500))
-    if stack.local is not None:
+    if s3_stack.local is not None:
         # On Tansu a 1 ms fetch wait lists none of the stored batches: with it alone, the read
         # stalls (as 10 ms did on a partition of thousands of batches).
         set_waits(monkeypatch, (1,))
         with pytest.raises(StreamingError, match="no record for 3s at offset 100"):
-            offsets_read(options_for(stack, topic, 3_000), OffsetRange(topic, 0, 100, 300))
+            offsets_read(options_for(s3_stack, topic, 3_000), OffsetRange(topic, 0, 100, 300))
         set_waits(monkeypatch, (1, 500))
     for start, end in ((100, 300), (0, RECORDS), (RECORDS - 1, RECORDS)):
         assert offsets_read(options, OffsetRange(topic, 0, start, end)) == list(range(start, end))
     # The wait that brought records is kept for the partition: the next range starts with it.
-    learned = kafka_reader._learned_wait[(stack.bootstrap_servers, topic, 0)]
-    assert learned == (1 if stack.local is None else 500)
+    learned = kafka_reader._learned_wait[(s3_stack.bootstrap_servers, topic, 0)]
+    assert learned == (1 if s3_stack.local is None else 500)
 
 
 def test_the_true_end_needs_no_record_only_a_fetch_response(
-    stack: Endpoints, topic: str, monkeypatch: pytest.MonkeyPatch
+    s3_stack: Endpoints, topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A fetch that brings no record (the wait too short for Tansu's listing) still carries the
     # high watermark: the end probe ends with the first response instead of its timeout.
     monkeypatch.setattr(kafka_reader, "PROBE_FETCH_WAIT_MS", 1)
-    options = options_for(stack, topic, 30_000)
+    options = options_for(s3_stack, topic, 30_000)
     consumer = source_consumer(options)
     began = time.monotonic()
     try:

@@ -1,9 +1,9 @@
 """The registry's store survives a SIGTERM of the broker under it, then a registry restart.
 
 The session's broker is shared by the whole suite, so this test runs a broker of its own: a
-second Tansu on the session's SeaweedFS, in a bucket of its own, started, stopped (SIGTERM) and
-started again by ``BrokerService`` exactly as the stack runs its broker. The registry runs in
-this process on the broker's ``_schemas`` topic, as in the other registry tests.
+second Tansu on the module's SeaweedFS (``s3_stack``), in a bucket of its own, started, stopped
+(SIGTERM) and started again by ``BrokerService`` exactly as the stack runs its broker. The
+registry runs in this process on the broker's ``_schemas`` topic, as in the other registry tests.
 """
 
 import json
@@ -42,16 +42,16 @@ def record(name: str, *fields: str) -> str:
 
 
 @pytest.fixture
-def own_broker(stack: Endpoints, tmp_path: Path, unique: str) -> Iterator[BrokerService]:
-    """A broker of this test's own on the session's object store, in its own bucket."""
-    if stack.local is None:
+def own_broker(s3_stack: Endpoints, tmp_path: Path, unique: str) -> Iterator[BrokerService]:
+    """A broker of this test's own on the module's object store, in its own bucket."""
+    if s3_stack.local is None:
         pytest.skip("the session uses services named in the environment: no broker to restart")
-    store = stack.local.objectstore
+    store = s3_stack.local.objectstore
     bucket = f"registry-restart-{unique}"
     store.create_bucket(bucket)
     broker = BrokerService(tmp_path / "home", free_port_block(1), store, bucket)
     try:
-        broker.wait_ready(broker.start(), stack.settings.start_timeout_s)
+        broker.wait_ready(broker.start(), s3_stack.settings.start_timeout_s)
         yield broker
     finally:
         broker.stop()

@@ -51,17 +51,17 @@ def tail_batch(producer: Producer, topic: str, first: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def small_batches(stack: Endpoints) -> Iterator[SmallBatches]:
+def small_batches(s3_stack: Endpoints) -> Iterator[SmallBatches]:
     unique = uuid.uuid4().hex[:10]
     view, topic, ledger = f"small{unique}", f"small-batches-{unique}", f"ledger-{unique}"
-    admin = TopicAdmin(stack.kafka)
+    admin = TopicAdmin(s3_stack.kafka)
     admin.ensure(history_topic(topic, 1))
     admin.ensure(state_topic(ledger, 1))
-    single = Producer(stack.kafka.client_properties(**{"linger.ms": 0}))
+    single = Producer(s3_stack.kafka.client_properties(**{"linger.ms": 0}))
     for i in range(SINGLE):
         _record(single, topic, i)
         assert single.flush(30) == 0  # each record its own batch
-    batched = Producer(stack.kafka.client_properties(**{"linger.ms": 200}))
+    batched = Producer(s3_stack.kafka.client_properties(**{"linger.ms": 200}))
     tail_batch(batched, topic, SINGLE)
     # The live generation's ledger record: every record of the topic is committed.
     record = GenerationRecord("g1", 0, bounds={topic: {0: SINGLE + TAIL}})
@@ -72,14 +72,18 @@ def small_batches(stack: Endpoints) -> Iterator[SmallBatches]:
 
 
 def test_the_kafka_store_reads_a_partition_of_many_small_batches(
-    stack: Endpoints, small_batches: SmallBatches, monkeypatch: pytest.MonkeyPatch
+    s3_stack: Endpoints, small_batches: SmallBatches, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A 1 ms first wait stalls this partition on Tansu for certain (10 ms does from a depth that
     # depends on the machine: a few hundred batches up to thousands).
     monkeypatch.setattr(kafka_ledger, "FIRST_FETCH_WAIT_MS", 1)
     s = small_batches
     store = KafkaStore(
-        stack.kafka, s.view, [Collection("items")], topics={"items": s.topic}, ledger_topic=s.ledger
+        s3_stack.kafka,
+        s.view,
+        [Collection("items")],
+        topics={"items": s.topic},
+        ledger_topic=s.ledger,
     )
     try:
         began = time.monotonic()
@@ -89,25 +93,25 @@ def test_the_kafka_store_reads_a_partition_of_many_small_batches(
         last = store.get("items", f"k{SINGLE + TAIL - 1:03d}")
         assert last is not None and last.position == SINGLE + TAIL
         assert time.monotonic() - began < 15  # a stalled read fails after 30 s
-        if stack.local is not None:  # on Tansu the reads stalled and went on with a longer wait
+        if s3_stack.local is not None:  # on Tansu the reads stalled and went on with a longer wait
             assert store._reader().wait > 1
     finally:
         store.close()
 
 
 def test_the_end_probe_needs_a_fetch_response_not_a_record(
-    stack: Endpoints, small_batches: SmallBatches
+    s3_stack: Endpoints, small_batches: SmallBatches
 ) -> None:
     s = small_batches
     ref = (s.topic, 0)
 
     def fresh() -> Consumer:  # a 1 ms wait: on Tansu its fetch lists no batch, brings no record
-        return probe_consumer(stack.kafka, **{"fetch.wait.max.ms": 1})
+        return probe_consumer(s3_stack.kafka, **{"fetch.wait.max.ms": 1})
 
-    listing = probe_consumer(stack.kafka)
+    listing = probe_consumer(s3_stack.kafka)
     try:
         listed = listing.get_watermark_offsets(TopicPartition(*ref), timeout=10)
-        if stack.local is not None:  # Tansu's ListOffsets under-reports the end
+        if s3_stack.local is not None:  # Tansu's ListOffsets under-reports the end
             assert listed[1] < SINGLE + TAIL
         began = time.monotonic()
         marks = true_watermarks(listing, [ref], fresh=fresh)
