@@ -24,7 +24,7 @@ class Row:
     at: datetime.datetime
 
 
-PLAIN = [
+PLAIN: list[object] = [
     [],
     {},
     None,
@@ -32,7 +32,7 @@ PLAIN = [
     {"rows": ({"id": 2},), "total": 1},
     float("nan"),
 ]
-OTHER = [
+OTHER: list[object] = [
     [{"at": datetime.datetime(2026, 11, 26, 15, 0, tzinfo=datetime.UTC)}],
     {"amount": Decimal("1.50"), "count": Decimal("3")},
     [Kind.POST],
