@@ -8,8 +8,10 @@ them, never here or at the top of a command module: ``tributary --help`` and the
 talk to a service start in a fraction of a second.
 """
 
+import importlib
 import sys
 import traceback
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -25,6 +27,51 @@ from tributary.redact import install_log_redaction, redact
 
 if TYPE_CHECKING:
     from infra.settings import Settings
+
+
+class _Deferred(type):
+    """A class standing in for the class of the same name in ``_module``, imported at first use
+    (a call, an attribute, an ``isinstance``)."""
+
+    _module: str
+
+    def _real(cls) -> type:
+        real: type = getattr(importlib.import_module(cls._module), cls.__name__)
+        return real
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        return cls._real()(*args, **kwargs)
+
+    def __getattr__(cls, name: str) -> Any:
+        return getattr(cls._real(), name)
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, cls._real())
+
+
+def _import_typer_help() -> None:
+    """Import typer's help and error formatting (``typer.rich_utils``) without what it uses
+    only for ``rich_markup_mode="markdown"`` and for pretty tracebacks: it imports
+    ``rich.markdown`` (markdown-it) and ``rich.traceback`` (pygments, attrs) at the top, ~70 ms
+    of ``tributary --help``. Their classes stand in until first used; the stand-in modules are
+    gone once typer's module has its names, so any other import gets the real ones."""
+    if "typer.rich_utils" in sys.modules:
+        return
+    stand_ins = {}
+    for module, name in (("rich.markdown", "Markdown"), ("rich.traceback", "Traceback")):
+        if module not in sys.modules:
+            stand_in = types.ModuleType(module)
+            setattr(stand_in, name, _Deferred(name, (), {"_module": module}))
+            stand_ins[module] = stand_in
+    sys.modules.update(stand_ins)
+    try:
+        importlib.import_module("typer.rich_utils")
+    finally:
+        for module in stand_ins:
+            del sys.modules[module]
+
+
+_import_typer_help()
 
 
 def _bool_help(option: TyperOption | None) -> TyperOption | None:
