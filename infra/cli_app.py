@@ -115,10 +115,17 @@ class RedactingTyper(FastTyper):
     """A Typer app whose unexpected errors print a traceback with secrets masked (a driver's
     error or a local variable can hold a connection string) and exit 1."""
 
+    #: Every command module and plug-in registered (:func:`infra.cli.whole_app`).
+    whole = False
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         install_log_redaction()
         try:
-            return super().__call__(*args, **kwargs)
+            # Always run as a group (what typer's own call builds for an app of several
+            # commands): `infra.cli.main` registers only the asked command's module, and
+            # typer would run an app of one command as that command, taking its name for an
+            # argument. Typer's except hook is not needed: every error is handled here.
+            return typer.main.get_group(self)(*args, **kwargs)
         except Exception as exc:
             sys.stderr.write(redact("".join(traceback.format_exception(exc))))
             sys.stderr.flush()

@@ -25,9 +25,9 @@ HELP = ["pydantic", "typer._adapters", "markdown_it", "pygments"]
 RUN = """
 import json, sys
 sys.argv = ["tributary", *json.loads(sys.argv[1])]
-from infra.cli import app
+from infra.cli import main
 try:
-    app()
+    main()
 except SystemExit:
     pass
 print(json.dumps(sorted(sys.modules)), file=sys.stderr)
@@ -99,3 +99,26 @@ def test_command_routes_without_the_event_store_driver(tmp_path: Path) -> None:
     modules = imported_by([], tmp_path, ROUTE)
     assert "examples.social.domain" in modules
     assert loaded(modules, [*NEVER, "sqlalchemy", "psycopg", "pyarrow", "numpy"]) == []
+
+
+def test_each_command_is_registered_by_the_module_named_for_it() -> None:
+    """`tributary NAME` imports only COMMAND_MODULES[NAME]: the table names every built-in
+    command (and sub-app) with the module that registers it."""
+    from typer.main import get_command_name
+
+    from infra.cli import COMMAND_MODULES, whole_app
+
+    app = whole_app()
+    found = {
+        c.name or get_command_name(c.callback.__name__): c.callback.__module__
+        for c in app.registered_commands
+        if c.callback is not None
+    }
+    for group in app.registered_groups:
+        sub = group.typer_instance
+        assert sub is not None
+        first = sub.registered_commands[0].callback
+        assert first is not None
+        if first.__module__.startswith("infra."):  # not a plug-in
+            found[group.name or str(sub.info.name)] = first.__module__
+    assert found == COMMAND_MODULES
