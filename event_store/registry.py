@@ -13,13 +13,10 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import psycopg
 from pydantic import ValidationError
-from sqlalchemy import Connection
 
-from event_store import prepared
 from event_store.aggregate import Aggregate
 from event_store.codec import EventCodec, adapter
 from event_store.command import Command
@@ -30,6 +27,9 @@ from event_store.errors import (
     UnknownCommandTypeError,
 )
 from event_store.event import EventRegistry
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 C = TypeVar("C", bound=Command)
 A = TypeVar("A", bound=Aggregate[Any])
@@ -48,7 +48,7 @@ class HandlerContext:
 
     command_id: str
     now: datetime
-    connection: Connection
+    connection: "Connection"
     reads: Mapping[str, tuple[Any, ...] | None] = field(default_factory=dict)
 
     def query_one(
@@ -62,6 +62,12 @@ class HandlerContext:
         command, a SQLAlchemy Core statement costs several times the client CPU of the
         database round trip itself.
         """
+        # Imported here: a registry that only routes commands (`tributary command`) does
+        # without the driver.
+        import psycopg
+
+        from event_store import prepared
+
         driver = self.connection.connection.driver_connection
         if not isinstance(driver, psycopg.Connection):
             raise EventStoreError("query_one needs the psycopg 3 driver")

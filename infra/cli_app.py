@@ -8,13 +8,19 @@ them, never here or at the top of a command module: ``tributary --help`` and the
 talk to a service start in a fraction of a second.
 """
 
+import importlib
 import sys
 import traceback
+import types
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer._click import Context
+from typer.core import TyperCommand, TyperGroup, TyperOption
+from typer.models import CommandFunctionType
 
 from tributary.errors import TributaryError
 from tributary.redact import install_log_redaction, redact
@@ -23,14 +29,103 @@ if TYPE_CHECKING:
     from infra.settings import Settings
 
 
-class RedactingTyper(typer.Typer):
+class _Deferred(type):
+    """A class standing in for the class of the same name in ``_module``, imported at first use
+    (a call, an attribute, an ``isinstance``)."""
+
+    _module: str
+
+    def _real(cls) -> type:
+        real: type = getattr(importlib.import_module(cls._module), cls.__name__)
+        return real
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        return cls._real()(*args, **kwargs)
+
+    def __getattr__(cls, name: str) -> Any:
+        return getattr(cls._real(), name)
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, cls._real())
+
+
+def _import_typer_help() -> None:
+    """Import typer's help and error formatting (``typer.rich_utils``) without what it uses
+    only for ``rich_markup_mode="markdown"`` and for pretty tracebacks: it imports
+    ``rich.markdown`` (markdown-it) and ``rich.traceback`` (pygments, attrs) at the top, ~70 ms
+    of ``tributary --help``. Their classes stand in until first used; the stand-in modules are
+    gone once typer's module has its names, so any other import gets the real ones."""
+    if "typer.rich_utils" in sys.modules:
+        return
+    stand_ins = {}
+    for module, name in (("rich.markdown", "Markdown"), ("rich.traceback", "Traceback")):
+        if module not in sys.modules:
+            stand_in = types.ModuleType(module)
+            setattr(stand_in, name, _Deferred(name, (), {"_module": module}))
+            stand_ins[module] = stand_in
+    sys.modules.update(stand_ins)
+    try:
+        importlib.import_module("typer.rich_utils")
+    finally:
+        for module in stand_ins:
+            del sys.modules[module]
+
+
+_import_typer_help()
+
+
+def _bool_help(option: TyperOption | None) -> TyperOption | None:
+    """``--help`` whose value is ``False`` when not given. Typer leaves it ``None`` and coerces
+    that ``None`` through a pydantic ``TypeAdapter`` it builds for the purpose: importing typer's
+    adapters (and pydantic) and building one cost ~50 ms of every command; a bool is not
+    coerced."""
+    if option is not None and option.default is None:
+        option.default = False
+    return option
+
+
+class FastGroup(TyperGroup):
+    """The CLI's groups: ``--help`` as :func:`_bool_help` makes it."""
+
+    def get_help_option(self, ctx: Context) -> TyperOption | None:
+        return _bool_help(super().get_help_option(ctx))
+
+
+class FastCommand(TyperCommand):
+    """The CLI's commands: ``--help`` as :func:`_bool_help` makes it."""
+
+    def get_help_option(self, ctx: Context) -> TyperOption | None:
+        return _bool_help(super().get_help_option(ctx))
+
+
+class FastTyper(typer.Typer):
+    """A Typer app (or sub-app) whose group and commands are :class:`FastGroup` and
+    :class:`FastCommand`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**{"cls": FastGroup, **kwargs})
+
+    def command(
+        self, *args: Any, **kwargs: Any
+    ) -> Callable[[CommandFunctionType], CommandFunctionType]:
+        return super().command(*args, **{"cls": FastCommand, **kwargs})
+
+
+class RedactingTyper(FastTyper):
     """A Typer app whose unexpected errors print a traceback with secrets masked (a driver's
     error or a local variable can hold a connection string) and exit 1."""
+
+    #: Every command module and plug-in registered (:func:`infra.cli.whole_app`).
+    whole = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         install_log_redaction()
         try:
-            return super().__call__(*args, **kwargs)
+            # Always run as a group (what typer's own call builds for an app of several
+            # commands): `infra.cli.main` registers only the asked command's module, and
+            # typer would run an app of one command as that command, taking its name for an
+            # argument. Typer's except hook is not needed: every error is handled here.
+            return typer.main.get_group(self)(*args, **kwargs)
         except Exception as exc:
             sys.stderr.write(redact("".join(traceback.format_exception(exc))))
             sys.stderr.flush()

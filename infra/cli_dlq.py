@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from infra.cli_app import JsonFlag, app, console, fail, settings
+from infra.cli_app import FastTyper, JsonFlag, app, console, fail, settings
 from tributary.errors import TributaryError
 from tributary.redact import redact_data
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from infra.settings import Settings
     from spark_streaming.redrive import DeadLetterRecord, RedriveLedger
 
-dlq_app = typer.Typer(
+dlq_app = FastTyper(
     name="dlq",
     help="A view's dead letters: list, show, and redrive them after a fix.",
     no_args_is_help=True,

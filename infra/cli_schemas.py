@@ -17,10 +17,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from infra.cli_app import JsonFlag, app, console, fail, settings
+from infra.cli_app import FastTyper, JsonFlag, app, console, fail, settings
 from tributary.errors import TributaryError
 
-schemas_app = typer.Typer(
+schemas_app = FastTyper(
     name="schemas",
     help="Subjects of the schema registry; `show`, `check` a schema, `serve` the registry.",
     invoke_without_command=True,

@@ -7,16 +7,14 @@ A failure is never turned into an answer: a store that cannot be reached is *una
 ``run`` did not find is *not found* (404, exit 1) and what it refused is *invalid* (400, exit 2).
 """
 
+import importlib
 import keyword
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
-
-import psycopg
-import redis
-import sqlalchemy.exc
 
 from connectors.errors import StoreError
 from connectors.schema_registry.errors import RegistryUnavailableError
@@ -337,21 +335,43 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
     StoreError,
     StorageError,
     ReadYourWritesUnavailableError,
-    redis.ConnectionError,
-    redis.TimeoutError,
-    psycopg.OperationalError,
-    psycopg.InterfaceError,
-    sqlalchemy.exc.OperationalError,
-    sqlalchemy.exc.InterfaceError,
     ConnectionError,
     TimeoutError,
     RegistryUnavailableError,
 )
-"""Errors that say a store or the database could not be reached or failed (not the request)."""
+"""Errors that say a store or the database could not be reached or failed (not the request),
+besides the drivers' own (:data:`DRIVER_UNAVAILABLE`)."""
+
+DRIVER_UNAVAILABLE: dict[str, tuple[str, ...]] = {
+    "redis": ("ConnectionError", "TimeoutError"),
+    "psycopg": ("OperationalError", "InterfaceError"),
+    "sqlalchemy.exc": ("OperationalError", "InterfaceError"),
+}
+"""The drivers' errors that say a store or the database could not be reached (module: names)."""
+
+
+def driver_errors(*, load: bool = False) -> tuple[type[Exception], ...]:
+    """The errors of :data:`DRIVER_UNAVAILABLE`, of the drivers imported so far (an error of a
+    driver that was never imported cannot have been raised: a command that did not use it does
+    not pay for its import); ``load``: of every driver, importing them."""
+    found: list[type[Exception]] = []
+    for module_name, names in DRIVER_UNAVAILABLE.items():
+        module = sys.modules.get(module_name)
+        if module is None and load:
+            module = importlib.import_module(module_name)
+        if module is not None:
+            found += [getattr(module, name) for name in names]
+    return tuple(found)
+
+
+def unavailable_errors() -> tuple[type[Exception], ...]:
+    """Every error that says a store or the database could not be reached (the drivers
+    imported): what the HTTP API answers 503 for."""
+    return UNAVAILABLE + driver_errors(load=True)
 
 
 def unavailable(exc: BaseException) -> bool:
-    return isinstance(exc, UNAVAILABLE)
+    return isinstance(exc, UNAVAILABLE + driver_errors())
 
 
 MAX_REASON_CHARS = 1000
@@ -377,7 +397,12 @@ def reason_of(exc: BaseException) -> str:
     """A one-line reason of at most :data:`MAX_REASON_CHARS` (and a note of what was cut): the
     driver's message for SQLAlchemy errors, the text otherwise; passwords and tokens masked
     (drivers can echo a connection string)."""
-    if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.orig is not None:
+    sqlalchemy_errors = sys.modules.get("sqlalchemy.exc")  # none raised if never imported
+    if (
+        sqlalchemy_errors is not None
+        and isinstance(exc, sqlalchemy_errors.DBAPIError)
+        and exc.orig is not None
+    ):
         exc = exc.orig
     if isinstance(exc, LookupError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
         text = exc.args[0]  # KeyError's str() would quote it

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from infra.view_queries import UNAVAILABLE, QueryFailure, bounded, reason_of
+from infra.view_queries import QueryFailure, bounded, reason_of, unavailable_errors
 from tributary.redact import redact_data
 
 MAX_TIMEOUT_S = 300.0
@@ -88,7 +88,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(HTTPException, http_error)
-    for kind in UNAVAILABLE:
+    for kind in unavailable_errors():
         app.add_exception_handler(kind, store_down)
     app.add_exception_handler(Exception, unexpected)  # a bug: still JSON
 
