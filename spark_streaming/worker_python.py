@@ -52,18 +52,28 @@ def script_text(python: str = sys.executable) -> str:
 
 def worker_python(folder: Path | None = None) -> str:
     """The path of the wrapper (written once per interpreter, shared by every process that
-    uses it; ``folder``: where, default the temporary directory)."""
+    uses it; ``folder``: where, default the temporary directory). Where no script can be
+    written or run (a read-only or ``noexec`` folder), this interpreter itself: Spark's
+    processes then import from the zips, slower but the same."""
     text = script_text()
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     target = (folder or Path(tempfile.gettempdir())) / f"tributary-python-{digest}"
-    if target.exists() and target.read_text() == text and os.access(target, os.X_OK):
-        return str(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-    partial.write_text(text)
-    partial.chmod(0o755)
-    os.replace(partial, target)  # atomic: a process starting it sees the whole script
-    return str(target)
+    try:
+        if target.exists() and target.read_text() == text and os.access(target, os.X_OK):
+            return _runnable(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        partial.write_text(text)
+        partial.chmod(0o755)
+        os.replace(partial, target)  # atomic: a process starting it sees the whole script
+        return _runnable(target)
+    except OSError:
+        return sys.executable
+
+
+def _runnable(script: Path) -> str:
+    """``script``, unless its file system forbids running programs from it."""
+    return sys.executable if os.statvfs(script).f_flag & os.ST_NOEXEC else str(script)
 
 
 def _case_pattern(path: str) -> str:

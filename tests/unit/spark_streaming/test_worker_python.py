@@ -56,3 +56,9 @@ def test_the_script_is_written_once_and_rewritten_when_changed(tmp_path: Path) -
     assert worker_python(tmp_path) == first
     assert run(first, None)["exe"] == sys.executable
     assert [p.name for p in tmp_path.iterdir()] == [Path(first).name]  # no partial file left
+
+
+def test_a_folder_it_cannot_write_gives_this_interpreter(tmp_path: Path) -> None:
+    blocked = tmp_path / "a file"
+    blocked.write_text("")
+    assert worker_python(blocked / "sub") == sys.executable
