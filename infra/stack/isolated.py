@@ -16,8 +16,11 @@ __all__ = ["STACK_PORTS", "free_port_block", "isolated_settings", "settings_env"
 STACK_PORTS = 16
 
 
-def free_port_block(size: int, low: int = 20000, high: int = 60000) -> int:
-    """The first port of ``size`` consecutive free ports on 127.0.0.1."""
+def free_port_block(size: int, low: int = 20000, high: int = 32768) -> int:
+    """The first port of ``size`` consecutive free ports on 127.0.0.1, below Linux's range of
+    ephemeral ports (32768-60999): a port found free there can be given to some outgoing
+    connection before the service binds it (seen: SeaweedFS's S3 port, "address already in
+    use")."""
     rng = random.Random()
     for _ in range(500):
         base = rng.randrange(low, high - size)
