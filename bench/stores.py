@@ -65,7 +65,7 @@ from connectors.stores.redis import RedisStore, render
 from connectors.stores.tantivy import SearchField, TantivyStore
 from infra.settings import Settings, load_settings
 from infra.stack import LocalStack
-from infra.stack.process import port_is_free
+from infra.stack.isolated import free_port_block
 
 STORES = ("postgres", "postgres-typed", "redis", "tantivy", "kafka")
 STACK_PORTS = 12  # postgres, redis, broker, s3, 7 internal object-store ports, registry
@@ -83,17 +83,6 @@ COLUMNS = (
 
 
 # -- the stack (its own folder and ports, as bench/analytics.py starts it) -------------------
-
-
-def free_port_block(size: int, low: int = 20000, high: int = 60000) -> int:
-    import random
-
-    rng = random.Random()
-    for _ in range(500):
-        base = rng.randrange(low, high - size)
-        if all(port_is_free(base + i) for i in range(size)):
-            return base
-    raise RuntimeError(f"no {size} consecutive free ports between {low} and {high}")
 
 
 def bench_settings() -> Settings:
