@@ -76,20 +76,22 @@ def source_read(options: KafkaSourceOptions, r: OffsetRange) -> list[Seen]:
     return out
 
 
+def three_partitions(endpoints: Endpoints, unique: str) -> Iterator[str]:
+    """A topic of three partitions on ``endpoints``' broker, deleted after the test."""
+    name = f"src_{unique}"
+    TopicAdmin(endpoints.kafka).ensure(TopicSpec(name, partitions=3))
+    yield name
+    TopicAdmin(endpoints.kafka).delete(name)
+
+
 @pytest.fixture
 def topic(stack: Endpoints, unique: str) -> Iterator[str]:
-    name = f"src_{unique}"
-    TopicAdmin(stack.kafka).ensure(TopicSpec(name, partitions=3))
-    yield name
-    TopicAdmin(stack.kafka).delete(name)
+    yield from three_partitions(stack, unique)
 
 
 @pytest.fixture
 def s3_topic(s3_stack: Endpoints, unique: str) -> Iterator[str]:
-    name = f"src_{unique}"
-    TopicAdmin(s3_stack.kafka).ensure(TopicSpec(name, partitions=3))
-    yield name
-    TopicAdmin(s3_stack.kafka).delete(name)
+    yield from three_partitions(s3_stack, unique)
 
 
 def test_ranges_equal_a_plain_consumer_including_under_reported_ends(
