@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-APT_PACKAGES = postgresql-15 postgresql-contrib redis-server openjdk-17-jre-headless chromium fonts-dejavu-core
+APT_PACKAGES = postgresql-15 postgresql-contrib redis-server openjdk-17-jdk-headless chromium fonts-dejavu-core
 PYTEST_ARGS ?=
 # The suite runs in two processes (pytest-xdist), each with its own local stack; every test that
 # starts Spark runs in one of them, one after another (tests/scheduling.py).
@@ -11,9 +11,14 @@ TEST_WORKERS ?= 2
 # starts about 5 s sooner. Written once per venv (about a minute), again when pyspark changes.
 SPARK_ARCHIVE = $(VENV)/share/tributary/spark-classes.jsa
 
-.PHONY: setup system-packages test unit integration lint demo bench chaos takeover clean
+.PHONY: setup cdc-classes system-packages test unit integration lint demo bench chaos takeover clean
 
-setup: system-packages $(VENV)/.installed $(SPARK_ARCHIVE)
+setup: system-packages $(VENV)/.installed $(SPARK_ARCHIVE) cdc-classes
+
+# The CDC part's Java producer (cdc/java), compiled once per source into the venv (a few seconds;
+# nothing when up to date). The first connector would otherwise compile it.
+cdc-classes: $(VENV)/.installed
+	@$(BIN)/python -c "from cdc.jvm_publisher import compiled_classes; print('cdc classes:', compiled_classes())"
 
 # Debian packages, installed only when missing (idempotent).
 system-packages:

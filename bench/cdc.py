@@ -3,13 +3,18 @@
 Run: ``.venv/bin/python bench/cdc.py`` (starts its own local stack on free ports, or uses
 ``TRIBUTARY_POSTGRES_URL`` + ``TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS``). Not a test: it prints.
 
-Figures, each measured in this run:
-- live: 50,000 rows inserted in transactions of 100 while the connector runs; events/s from
-  the first commit to the broker holding the last change;
-- catch-up: the connector started after 50,000 more rows were committed (pure pipeline rate);
-- pgbench single-row INSERT tps, 1 and 4 clients, on the same database; the ratios.
+Figures, each measured in this run, for each publisher of the CDC part (``--publishers``:
+``python`` = every change through Python's producer, ``jvm`` = Kafka's Java producer in the
+engine's JVM):
+- inserting alone: the rows inserted in transactions of 100 with no connector running (the
+  baseline of every ratio);
+- live: the same rows inserted while the connector runs; events/s from the first commit to the
+  broker holding the last change;
+- catch-up: the connector started after as many more rows were committed (pure pipeline rate);
+- pgbench single-row INSERT tps, 1 and 4 clients, on the same database (for reference).
 """
 
+import argparse
 import json
 import os
 import re
@@ -19,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -52,7 +58,7 @@ def wait_for(admin: TopicAdmin, topic: str, n: int, timeout: float = 600) -> flo
 
 
 def start_connector(
-    settings: Settings, home: Path, name: str, table: str
+    settings: Settings, home: Path, name: str, table: str, publisher: str
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
@@ -62,6 +68,7 @@ def start_connector(
         "TRIBUTARY_CDC_CONNECTOR_NAME": name,
         "TRIBUTARY_CDC_TABLES": f"public.{table}",
         "TRIBUTARY_CDC_SNAPSHOT_MODE": "no_data",
+        "TRIBUTARY_CDC_PUBLISHER": publisher,
     }
     log = open(home / "connector.out", "ab")  # noqa: SIM115 - lives as long as the process
     return subprocess.Popen(
@@ -79,10 +86,10 @@ def wait_running(home: Path, name: str) -> None:
     raise SystemExit("connector did not start; see " + str(home / "connector.out"))
 
 
-def insert_rows(dsn: str, table: str, first: int) -> float:
+def insert_rows(dsn: str, table: str, first: int, rows: int) -> float:
     with psycopg.connect(dsn, autocommit=True) as conn:
         start = time.monotonic()
-        for lo in range(first, first + ROWS, TX):
+        for lo in range(first, first + rows, TX):
             conn.execute(
                 f"INSERT INTO {table} SELECT g, md5(g::text) "  # type: ignore[arg-type]
                 f"FROM generate_series({lo}, {lo + TX - 1}) g"
@@ -121,7 +128,75 @@ def pgbench(settings: Settings, clients: int, seconds: int = 10) -> float:
     return float(match.group(1))
 
 
+@dataclass
+class Run:
+    publisher: str
+    live: float
+    catch_up: float
+    read_s: float
+    publish_s: float
+    wall_s: float
+
+
+def measure(settings: Settings, publisher: str, rows: int) -> Run:
+    """Live and catch-up rates of one connector publishing through ``publisher``."""
+    home = Path(tempfile.mkdtemp(prefix="tributary-bench-cdc-run-"))
+    name = f"bench{publisher}{int(time.time())}"
+    table = f"bench_cdc_{name}"
+    topic = f"cdc.public.{table}"
+    dsn = settings.database_url.replace("postgresql+psycopg://", "postgresql://")
+    admin = TopicAdmin(settings.kafka("bench"))
+    proc = None
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, body text)")  # type: ignore[arg-type]
+        proc = start_connector(settings, home, name, table, publisher)
+        wait_running(home, name)
+        started = insert_rows(dsn, table, 1, rows)
+        done_live = wait_for(admin, topic, rows)
+        status = json.loads((home / "cdc" / f"{name}.status.json").read_text())
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(120)
+        insert_rows(dsn, table, rows + 1, rows)
+        restart = time.monotonic()
+        proc = start_connector(settings, home, name, table, publisher)
+        done = wait_for(admin, topic, 2 * rows)
+        return Run(
+            publisher,
+            live=rows / (done_live - started),
+            catch_up=rows / (done - restart),
+            read_s=status["read_seconds"],
+            publish_s=status["publish_seconds"],
+            wall_s=done_live - started,
+        )
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(120)
+        drop_slot(settings.postgres(), f"tributary_{name}")
+        drop_publication(settings.postgres(), f"tributary_{name}")
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def insert_alone(settings: Settings, rows: int) -> float:
+    """Rows/s of the same inserts with no connector running."""
+    dsn = settings.database_url.replace("postgresql+psycopg://", "postgresql://")
+    table = f"bench_alone_{int(time.time())}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, body text)")  # type: ignore[arg-type]
+    started = insert_rows(dsn, table, 1, rows)
+    return rows / (time.monotonic() - started)
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=ROWS, help="rows per run (default %(default)s)")
+    parser.add_argument(
+        "--publishers",
+        default="python,jvm",
+        help="the CDC part's publishers to measure, in this order (TRIBUTARY_CDC_PUBLISHER)",
+    )
+    args = parser.parse_args()
     local: LocalStack | None = None
     if os.environ.get("TRIBUTARY_POSTGRES_URL") and os.environ.get(
         "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS"
@@ -131,59 +206,29 @@ def main() -> None:
         settings = isolated_settings("tributary-bench-cdc-")
         local = LocalStack(settings)
         local.up()
-    home = Path(tempfile.mkdtemp(prefix="tributary-bench-cdc-run-"))
-    name = f"bench{int(time.time())}"
-    table = f"bench_cdc_{name}"
-    topic = f"cdc.public.{table}"
-    dsn = settings.database_url.replace("postgresql+psycopg://", "postgresql://")
-    admin = TopicAdmin(settings.kafka("bench"))
-    proc = None
     try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, body text)")  # type: ignore[arg-type]
-        proc = start_connector(settings, home, name, table)
-        wait_running(home, name)
-
-        started = insert_rows(dsn, table, 1)
-        committed = time.monotonic()
-        done_live = wait_for(admin, topic, ROWS)
-        live = ROWS / (done_live - started)
-        insert_rate = ROWS / (committed - started)
-
-        status = json.loads((home / "cdc" / f"{name}.status.json").read_text())
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(120)
-        insert_rows(dsn, table, ROWS + 1)
-        restart = time.monotonic()
-        proc = start_connector(settings, home, name, table)
-        done = wait_for(admin, topic, 2 * ROWS)
-        catch_up = ROWS / (done - restart)
-
+        alone = insert_alone(settings, args.rows)
+        runs = [measure(settings, p, args.rows) for p in args.publishers.split(",")]
         tps1 = pgbench(settings, 1)
         tps4 = pgbench(settings, 4)
-        print(f"rows per run: {ROWS} in transactions of {TX}")
-        print(f"inserting alone (1 client, tx of {TX}):     {insert_rate:10,.0f} rows/s")
-        print(f"CDC live, commit -> broker ack:            {live:10,.0f} events/s")
-        print(f"CDC catch-up incl. JVM start (~3-5 s):      {catch_up:10,.0f} events/s")
-        print(f"pgbench single-row INSERT, 1 client:        {tps1:10,.0f} tps")
-        print(f"pgbench single-row INSERT, 4 clients:       {tps4:10,.0f} tps")
-        print(f"ratio live / pgbench 1 client:              {live / tps1:10.2f}x")
-        print(f"ratio live / pgbench 4 clients:             {live / tps4:10.2f}x")
-        print(f"ratio catch-up / pgbench 4 clients:         {catch_up / tps4:10.2f}x")
-        wall = done_live - started
-        print(
-            f"live run, where the time goes: handler reading+routing "
-            f"{status['read_seconds']:.2f}s, "
-            f"producing until acked {status['publish_seconds']:.2f}s, "
-            f"of {wall:.2f}s wall (the rest: Debezium decoding WAL and JSON-converting in the JVM)"
-        )
+        print(f"rows per run: {args.rows} in transactions of {TX}")
+        print(f"inserting alone (no connector, 1 client):   {alone:10,.0f} rows/s")
+        print(f"pgbench single-row INSERT, 1 / 4 clients:   {tps1:10,.0f} / {tps4:,.0f} tps")
+        for run in runs:
+            print(
+                f"[{run.publisher:>6}] live, commit -> broker ack: {run.live:10,.0f} events/s"
+                f" = {run.live / alone:.2f}x inserting alone"
+            )
+            print(
+                f"[{run.publisher:>6}] catch-up incl. JVM start:   {run.catch_up:10,.0f} events/s"
+                f" = {run.catch_up / alone:.2f}x inserting alone"
+            )
+            print(
+                f"[{run.publisher:>6}] live run, where the time goes: handler reading+routing"
+                f" {run.read_s:.2f}s, producing until acked {run.publish_s:.2f}s, of"
+                f" {run.wall_s:.2f}s wall (the rest: Debezium decoding WAL and JSON-converting)"
+            )
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(120)
-        drop_slot(settings.postgres(), f"tributary_{name}")
-        drop_publication(settings.postgres(), f"tributary_{name}")
-        shutil.rmtree(home, ignore_errors=True)
         if local is not None:
             local.down(purge=True)
             shutil.rmtree(local.settings.home.parent, ignore_errors=True)

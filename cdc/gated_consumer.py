@@ -35,8 +35,7 @@ class GatedChangeConsumer:
                 return  # neither published nor marked: the restart delivers these records
             try:
                 self.handler.handleJsonBatch(records=records)
-                for record in records:
-                    committer.markProcessed(record)
+                self.handler.mark_processed(records, committer)
                 committer.markBatchFinished()
             except Exception as exc:
                 log.error("the change handler failed", exc_info=True)

@@ -6,7 +6,8 @@ from typing import Any
 
 from pydbzengine import BasePythonChangeHandler
 
-from cdc.publisher import ChangePublisher
+from cdc.jvm_publisher import JvmPublisher
+from cdc.publisher import ChangePublisher, OutgoingChange
 from cdc.routing import ChangeRouter
 from cdc.status import ConnectorStatus
 
@@ -14,8 +15,10 @@ from cdc.status import ConnectorStatus
 class PublishingHandler(BasePythonChangeHandler):
     """Routes each record to its topic and returns only after Kafka acknowledged the batch.
 
-    pydbzengine marks the records processed (and the engine commits the LSN) only after this
-    method returns; an exception stops the engine with nothing of the batch committed.
+    The change consumer marks the records processed (and the engine commits the LSN) only after
+    this method returns; an exception stops the engine with nothing of the batch committed.
+    With a :class:`JvmPublisher` (:meth:`use_jvm`), the changes of table topics are routed and
+    produced inside the JVM and only the outbox's records cross to Python.
     """
 
     def __init__(
@@ -29,10 +32,40 @@ class PublishingHandler(BasePythonChangeHandler):
         self._router = router
         self._status = status
         self._on_batch = on_batch
+        self._jvm: JvmPublisher | None = None
 
-    def handleJsonBatch(self, records: list[Any]) -> None:  # the name pydbzengine calls
+    def use_jvm(self, jvm: JvmPublisher) -> None:
+        self._jvm = jvm
+
+    def mark_processed(self, records: Any, committer: Any) -> None:
+        """Mark every record of a published batch processed (one call into the JVM with the
+        JVM publisher)."""
+        if self._jvm is not None:
+            self._jvm.mark_processed(records, committer)
+            return
+        for record in records:
+            committer.markProcessed(record)
+
+    def handleJsonBatch(self, records: Any) -> None:  # the name pydbzengine calls
         started = time.perf_counter()
-        outgoing = []
+        jvm = self._jvm
+        if jvm is not None:
+            jvm.prepare(records, self._publisher.ensure_topic)
+            events = jvm.send(records)
+            if events is not None:  # the table changes are on their way
+                outgoing = self._route(events)
+                routed = time.perf_counter()
+                published = self._publisher.publish(outgoing) + jvm.flush()
+                lsns = [lsn for lsn in (self._router.last_lsn, jvm.last_lsn) if lsn is not None]
+                self._finish(published, max(lsns, default=None), started, routed)
+                return
+        outgoing = self._route(records)
+        routed = time.perf_counter()
+        published = self._publisher.publish(outgoing)
+        self._finish(published, self._router.last_lsn, started, routed)
+
+    def _route(self, records: Any) -> list[OutgoingChange]:
+        outgoing: list[OutgoingChange] = []
         for record in records:
             key = record.key()
             value = record.value()
@@ -43,8 +76,9 @@ class PublishingHandler(BasePythonChangeHandler):
                     None if value is None else str(value),
                 )
             )
-        routed = time.perf_counter()
-        published = self._publisher.publish(outgoing)
+        return outgoing
+
+    def _finish(self, published: int, last_lsn: int | None, started: float, routed: float) -> None:
         status = self._status
         status.read_seconds += routed - started
         status.publish_seconds += time.perf_counter() - routed
@@ -54,5 +88,5 @@ class PublishingHandler(BasePythonChangeHandler):
         if published:
             status.records_published += published
             status.last_change_at = time.time()
-            status.last_lsn = self._router.last_lsn
+            status.last_lsn = last_lsn
         self._on_batch(status)

@@ -25,6 +25,8 @@ class ConnectorStatus:
     read_seconds: float = 0.0
     publish_seconds: float = 0.0
     record_seconds: float = 0.0  # of publish_seconds: recording published_streams
+    # who produces the table changes: "jvm" (Kafka's Java producer) or "python"
+    publisher: str = "python"
     error: str | None = None
     recovered: str | None = None  # e.g. a fresh snapshot after the slot was invalidated
 

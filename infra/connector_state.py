@@ -20,6 +20,7 @@ def cdc_runtime(s: "Settings") -> "ConnectorRuntime":
         log_dir=(s.home / "logs").resolve(),
         topic_partitions=s.cdc_topic_partitions,
         java_options=s.cdc_java_options,
+        publisher=s.cdc_publisher,
     )
 
 
@@ -63,6 +64,7 @@ def cdc_status(s: "Settings") -> dict[str, object]:
         "name": config.name,
         "state": state,
         "pid": status.pid if status else None,
+        "publisher": status.publisher if status else None,
         "records_published": status.records_published if status else 0,
         "last_change_at": status.last_change_at if status else None,
         "last_lsn": status.last_lsn if status else None,

@@ -545,6 +545,13 @@ class Settings(BaseSettings):
         " `-XX:TieredStopAtLevel=1`: on a small machine its JVM then starts with less CPU (the"
         " test suite uses it). The engine already runs G1: do not name another collector.",
     )
+    cdc_publisher: Literal["jvm", "python"] = Field(
+        "jvm",
+        description="Who produces the CDC part's table changes to Kafka: `jvm`, Kafka's Java"
+        " producer inside the Debezium engine's JVM (a batch crosses to Python once; needs the"
+        " JDK's `javac` once, `make setup` compiles it), or `python`, every change through"
+        " Python's producer. The outbox's events always go through Python (schema registry).",
+    )
     spark_class_archive: Path | None = Field(
         None,
         description="Class-data archive of the Spark driver's JVM (AppCDS), written by"

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import psycopg
+import pytest
 
 from cdc.slots import drop_publication, drop_slot, slot_info
 from connectors.kafka import TopicAdmin, history_topic
@@ -20,19 +21,23 @@ from tests.integration.kafka_reading import read_topic, wait_until
 Factory = Callable[..., CdcProcess]
 
 
+@pytest.mark.parametrize("publisher", ["jvm", "python"])
 def test_changes_arrive_in_order_with_envelope_tombstone_and_key(
-    stack: Endpoints, unique: str, connector_factory: Factory
+    stack: Endpoints, unique: str, connector_factory: Factory, publisher: str
 ) -> None:
-    table = f"orders_{unique}"
+    """Both publishers (Kafka's Java producer in the engine's JVM, and Python's) give the same
+    records: keys, envelopes, order, tombstones with their delete's LSN, headers."""
+    table = f"orders_{publisher}_{unique}"
     topic = f"cdc.public.{table}"
     sql(
         stack,
         f"CREATE TABLE {table} (id bigint PRIMARY KEY, item text, qty int)",
         f"INSERT INTO {table} VALUES (1, 'pen', 1), (2, 'ink', 2)",
     )
-    connector = connector_factory([f"public.{table}"])
+    connector = connector_factory([f"public.{table}"], cdc_publisher=publisher)
     connector.start()
     wait_until(lambda: topic_length(stack, topic) >= 2, 120, "the snapshot rows")
+    assert connector.status()["publisher"] == publisher
 
     sql(
         stack,
@@ -150,6 +155,7 @@ def test_status_and_connector_config_and_slot_cleanup(
 
     status = json.loads(cli("cdc-status", "--json"))
     assert status["state"] == "running"
+    assert status["publisher"] == "jvm"  # the default, with the JDK that `make setup` installs
     assert status["slot"] == f"tributary_{connector.name}"
     assert status["slot_active"] is True
     assert isinstance(status["retained_wal_bytes"], int) and status["retained_wal_bytes"] >= 0
@@ -197,3 +203,29 @@ def test_replica_identity_full_gives_whole_before_images(
     update, delete = changes_on(stack, topic)[1:3]
     assert (update.op, update.before) == ("u", {"id": 1, "item": "pen", "qty": 1})
     assert (delete.op, delete.before) == ("d", {"id": 1, "item": "pen", "qty": 2})
+
+
+def test_a_change_kafka_refuses_stops_the_connector_with_the_reason(
+    stack: Endpoints, unique: str, connector_factory: Factory
+) -> None:
+    """A change larger than the Java producer's request limit (1 MB) is refused by Kafka's
+    client: the connector stops with that reason, and the offsets it commits are those before
+    the refused batch (a restart reads it again, and stops again, rather than skip it)."""
+    table = f"big_{unique}"
+    topic = f"cdc.public.{table}"
+    sql(stack, f"CREATE TABLE {table} (id bigint PRIMARY KEY, body text)")
+    connector = connector_factory([f"public.{table}"])
+    connector.start()
+    connector.wait_running()
+    sql(stack, f"INSERT INTO {table} VALUES (1, 'small')")
+    wait_until(lambda: topic_length(stack, topic) >= 1, 60, "the first change")
+    sql(stack, f"INSERT INTO {table} VALUES (2, repeat('x', 2000000))")
+    assert connector.wait_exit() != 0
+    status = connector.status()
+    assert status["state"] == "failed"
+    assert "RecordTooLargeException" in str(status["error"])
+    assert "RecordTooLargeException" in connector.output()
+    connector.start()  # the refused change comes again: never skipped
+    assert connector.wait_exit() != 0
+    assert "RecordTooLargeException" in str(connector.status()["error"])
+    assert [json.loads(r.key or b"")["id"] for r in read_topic(stack.kafka, topic)] == [1]
