@@ -22,8 +22,9 @@ DRIVERS = ["sqlalchemy", "psycopg", "redis", "confluent_kafka", "pyarrow", "nump
 #: Help and plain bool flags need neither pydantic (typer coerces through it) nor the help's
 #: markdown and traceback rendering.
 HELP = ["pydantic", "typer._adapters", "markdown_it", "pygments"]
-#: `status` reads its settings without pydantic-settings (nor pydantic, in HELP).
-STATUS = ["pydantic_settings", "infra.settings"]
+#: `status` reads its settings without pydantic-settings (nor pydantic, in HELP); with the
+#: stack down it probes no HTTP endpoint (the standard library's HTTP client, ~20 ms).
+STATUS = ["pydantic_settings", "infra.settings", "http.client", "urllib.request"]
 
 RUN = """
 import json, sys
