@@ -49,7 +49,7 @@ def status(as_json: JsonFlag = False) -> None:
     endpoint), the CDC connector and the views' positions."""
     from infra.stack import LocalStack
 
-    s = settings()
+    s = settings(light=True)
     statuses = LocalStack(s).status()
     rows: list[dict[str, object]] = [c.as_dict() for c in statuses]
     rows += part_rows(s)

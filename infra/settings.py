@@ -8,7 +8,7 @@ small config objects built here (:meth:`Settings.kafka`, ...), never the setting
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
@@ -19,22 +19,20 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from connectors.kafka.config import KafkaConfig, is_secret_property
-from connectors.postgres import PostgresConfig
-from tributary.redact import redact, register_secret, url_password
-
-if TYPE_CHECKING:  # imported where used: the CLI's start does not pay for them
-    from connectors.debezium import DebeziumPostgresConfig
-
+from infra.settings_base import (
+    SaslMechanism,
+    SecurityProtocol,
+    SettingsMethods,
+    SnapshotMode,
+    comma_list,
+    empty_is_unset,
+    key_values,
+)
 from infra.settings_file import config_file
-
-SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
-# Properties every Kafka client gets from the settings, not from TRIBUTARY_KAFKA_EXTRA.
-_OWN_KAFKA_PROPERTIES = frozenset({"bootstrap.servers", "client.id"})
+from tributary.redact import redact
 
 
-class Settings(BaseSettings):
+class Settings(SettingsMethods, BaseSettings):
     """Typed, frozen settings. Every field maps to ``TRIBUTARY_<FIELD>`` in upper case."""
 
     model_config = SettingsConfigDict(env_prefix="TRIBUTARY_", frozen=True, extra="ignore")
@@ -115,9 +113,7 @@ class Settings(BaseSettings):
         description="Captured tables, comma-separated schema.table.",
     )
     cdc_topic_prefix: str = Field("cdc", description="Topics are <prefix>.<schema>.<table>.")
-    cdc_snapshot_mode: Literal[
-        "initial", "no_data", "always", "initial_only", "when_needed", "never"
-    ] = Field("initial", description="Debezium snapshot.mode.")
+    cdc_snapshot_mode: SnapshotMode = Field("initial", description="Debezium snapshot.mode.")
     cdc_heartbeat_ms: int = Field(10_000, description="Debezium heartbeat.interval.ms.")
     cdc_topic_partitions: int = Field(1, description="Partitions of CDC topics it creates.")
     cdc_outbox_table: str = Field(
@@ -178,105 +174,17 @@ class Settings(BaseSettings):
     @field_validator("api_token", "api_read_token", "kafka_sasl_password", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
-        if isinstance(value, str) and not value.strip():
-            return None
-        return value
+        return empty_is_unset(value)
 
     @field_validator("kafka_extra", mode="before")
     @classmethod
     def _key_values(cls, value: object) -> object:
-        if isinstance(value, str):
-            pairs: dict[str, str] = {}
-            for item in value.split(","):
-                if not item.strip():
-                    continue
-                key, equals, setting = item.partition("=")
-                if not equals or not key.strip():
-                    raise ValueError(  # the item itself is not quoted: it may hold a secret
-                        "each item must be key=value (comma-separated librdkafka properties,"
-                        " e.g. socket.timeout.ms=30000)"
-                    )
-                pairs[key.strip()] = setting.strip()
-            value = pairs
-        if isinstance(value, dict):
-            own = sorted(_OWN_KAFKA_PROPERTIES & set(value))
-            if own:
-                raise ValueError(
-                    f"{', '.join(own)} cannot be set here: use TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS"
-                    " (the client id is chosen per client)"
-                )
-            return {str(k): str(v) for k, v in value.items()}
-        return value
+        return key_values(value)
 
     @model_validator(mode="after")
     def _check_kafka_security(self) -> "Settings":
-        register_secret(*self.secret_values())  # first: masked even if a check below fails
-        protocol = self.kafka_security_protocol
-        sasl = {
-            "TRIBUTARY_KAFKA_SASL_MECHANISM": self.kafka_sasl_mechanism,
-            "TRIBUTARY_KAFKA_SASL_USERNAME": self.kafka_sasl_username,
-            "TRIBUTARY_KAFKA_SASL_PASSWORD": self.kafka_sasl_password,
-        }
-        ssl = {
-            "TRIBUTARY_KAFKA_SSL_CA_LOCATION": self.kafka_ssl_ca_location,
-            "TRIBUTARY_KAFKA_SSL_CERTIFICATE_LOCATION": self.kafka_ssl_certificate_location,
-            "TRIBUTARY_KAFKA_SSL_KEY_LOCATION": self.kafka_ssl_key_location,
-            "TRIBUTARY_KAFKA_SSL_KEY_PASSWORD": self.kafka_ssl_key_password,
-        }
-        given_sasl = [name for name, value in sasl.items() if value is not None]
-        given_ssl = [name for name, value in ssl.items() if value is not None]
-        if given_sasl and protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
-            raise ValueError(
-                f"{', '.join(given_sasl)} need TRIBUTARY_KAFKA_SECURITY_PROTOCOL=SASL_SSL"
-                " (or SASL_PLAINTEXT)"
-            )
-        if given_ssl and protocol not in ("SSL", "SASL_SSL"):
-            raise ValueError(
-                f"{', '.join(given_ssl)} need TRIBUTARY_KAFKA_SECURITY_PROTOCOL=SSL or SASL_SSL"
-            )
-        mechanism_given = self.kafka_sasl_mechanism is not None or bool(
-            {"sasl.mechanism", "sasl.mechanisms"} & self.kafka_extra.keys()
-        )
-        if protocol in ("SASL_PLAINTEXT", "SASL_SSL") and not mechanism_given:
-            raise ValueError(
-                f"TRIBUTARY_KAFKA_SECURITY_PROTOCOL={protocol} needs"
-                " TRIBUTARY_KAFKA_SASL_MECHANISM (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
-            )
-        if self.kafka_sasl_mechanism is not None and (
-            self.kafka_sasl_username is None or self.kafka_sasl_password is None
-        ):
-            raise ValueError(
-                f"TRIBUTARY_KAFKA_SASL_MECHANISM={self.kafka_sasl_mechanism} needs"
-                " TRIBUTARY_KAFKA_SASL_USERNAME and TRIBUTARY_KAFKA_SASL_PASSWORD"
-            )
-        clash = sorted(self.kafka_extra.keys() & self._typed_kafka_properties().keys())
-        if clash:
-            raise ValueError(
-                f"TRIBUTARY_KAFKA_EXTRA sets {', '.join(clash)}, which a TRIBUTARY_KAFKA_* setting"
-                " already sets: keep one"
-            )
+        self.check_kafka_security()
         return self
-
-    def secret_values(self) -> list[str]:
-        """Every password and token in the settings (masked wherever Tributary prints)."""
-        values = [
-            url_password(self.postgres_url),
-            url_password(self.views_read_url),
-            url_password(self.redis_url),
-            url_password(self.schema_registry_url),
-            *(
-                secret.get_secret_value()
-                for secret in (
-                    self.api_token,
-                    self.api_read_token,
-                    self.kafka_sasl_password,
-                    self.kafka_ssl_key_password,
-                )
-                if secret is not None
-            ),
-            *(value for key, value in self.kafka_extra.items() if is_secret_property(key)),
-        ]
-        return [v for v in values if v]
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         for name, value in super().__repr_args__():
@@ -285,9 +193,7 @@ class Settings(BaseSettings):
     @field_validator("cdc_tables", "cdc_replica_identity_full", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
-        if isinstance(value, str):
-            return tuple(part.strip() for part in value.split(",") if part.strip())
-        return value
+        return comma_list(value)
 
     @classmethod
     def settings_customise_sources(
@@ -303,119 +209,6 @@ class Settings(BaseSettings):
         if path.is_file():
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
         return tuple(sources)
-
-    # -- derived endpoints -------------------------------------------------------------
-
-    @property
-    def uses_local_stack(self) -> bool:
-        return self.kafka_bootstrap_servers is None or self.postgres_url is None
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return self.kafka_bootstrap_servers or f"127.0.0.1:{self.broker_port}"
-
-    @property
-    def database_url(self) -> str:
-        return self.postgres_url or (
-            f"postgresql+psycopg://postgres@127.0.0.1:{self.postgres_port}/tributary"
-        )
-
-    @property
-    def cache_url(self) -> str:
-        return self.redis_url or f"redis://127.0.0.1:{self.redis_port}/0"
-
-    @property
-    def registry_url(self) -> str:
-        """Where the schema registry answers (the local one unless
-        TRIBUTARY_SCHEMA_REGISTRY_URL)."""
-        local = f"http://127.0.0.1:{self.schema_registry_port}"
-        return (self.schema_registry_url or local).rstrip("/")
-
-    @property
-    def spark_class_archive_path(self) -> Path:
-        """The Spark drivers' class-data archive (the setting, else beside the packages)."""
-        from spark_streaming.class_archive import default_archive
-
-        return self.spark_class_archive or default_archive()
-
-    @property
-    def views_read_database_url(self) -> str:
-        """Where the serving side reads the views' tables (the read-only role's URL)."""
-        return self.views_read_url or self.database_url
-
-    def _typed_kafka_properties(self) -> dict[str, str]:
-        secret = {
-            "sasl.password": self.kafka_sasl_password,
-            "ssl.key.password": self.kafka_ssl_key_password,
-        }
-        plain = {
-            "security.protocol": self.kafka_security_protocol,
-            "sasl.mechanism": self.kafka_sasl_mechanism,
-            "sasl.username": self.kafka_sasl_username,
-            "ssl.ca.location": self.kafka_ssl_ca_location,
-            "ssl.certificate.location": self.kafka_ssl_certificate_location,
-            "ssl.key.location": self.kafka_ssl_key_location,
-        }
-        props = {k: v for k, v in plain.items() if v is not None}
-        props.update({k: v.get_secret_value() for k, v in secret.items() if v is not None})
-        return props
-
-    def kafka_properties(self) -> dict[str, str]:
-        """The librdkafka properties (security and TRIBUTARY_KAFKA_EXTRA) every client gets."""
-        return {**self._typed_kafka_properties(), **self.kafka_extra}
-
-    def kafka(self, client_id: str = "tributary") -> KafkaConfig:
-        return KafkaConfig(
-            bootstrap_servers=self.bootstrap_servers,
-            client_id=client_id,
-            extra=self.kafka_properties(),
-            admin_timeout_s=self.kafka_admin_timeout_s,
-        )
-
-    def postgres(self) -> PostgresConfig:
-        return PostgresConfig(url=self.database_url)
-
-    def views_read_postgres(self) -> PostgresConfig:
-        """The read-only role's PostgreSQL (the main one unless TRIBUTARY_VIEWS_READ_URL)."""
-        return PostgresConfig(url=self.views_read_database_url)
-
-    def metrics_port(self, part: str) -> int:
-        """The metrics port of a long-running part (``cdc``, ``commands``, ``views``,
-        ``views-standby``; ``api`` serves them on its own port)."""
-        ports = {
-            "cdc": self.cdc_metrics_port,
-            "commands": self.commands_metrics_port,
-            "views": self.views_metrics_port,
-            "views-standby": self.views_standby_metrics_port,
-            "api": self.api_port,
-        }
-        return ports.get(part, 0)
-
-    @property
-    def cdc_state_dir(self) -> Path:
-        return self.home / "cdc"
-
-    @property
-    def verify_state_dir(self) -> Path:
-        """What `verify` read of each topic (its checkpoints)."""
-        return self.home / "verify"
-
-    def debezium(self) -> "DebeziumPostgresConfig":
-        from connectors.debezium import DebeziumPostgresConfig
-
-        return DebeziumPostgresConfig(
-            name=self.cdc_connector_name,
-            database=self.postgres(),
-            tables=self.cdc_tables,
-            topic_prefix=self.cdc_topic_prefix,
-            snapshot_mode=self.cdc_snapshot_mode,
-            heartbeat_interval_ms=self.cdc_heartbeat_ms,
-            outbox_table=self.cdc_outbox_table or None,
-            event_topic_prefix=self.event_topic_prefix,
-            schema_wait_s=self.cdc_schema_wait_s,
-            schema_registry_url=self.registry_url,
-            offsets_file=(self.cdc_state_dir / f"{self.cdc_connector_name}.offsets").resolve(),
-        )
 
     # Event store
     event_store_schema: str = Field("event_store", description="Schema of the event store.")
@@ -576,3 +369,48 @@ def settings_problems(exc: ValidationError) -> str:
         message = str(problem.get("msg", "invalid")).removeprefix("Value error, ")
         lines.append(f"{where}: {redact(message)}")
     return "; ".join(lines) or "invalid settings"
+
+
+def light_fields() -> dict[str, tuple[str, bool, object, tuple[object, ...]]]:
+    """Each field as :data:`infra.settings_light.FIELDS` describes it (kind, optional, default,
+    bounds or choices): the light loader's table, derived from this model (a unit test holds
+    the two equal; print this to regenerate the table)."""
+    import types
+    import typing
+
+    from annotated_types import Ge, Gt, Le
+
+    kinds: dict[object, str] = {
+        str: "str",
+        int: "int",
+        float: "float",
+        bool: "bool",
+        Path: "path",
+        SecretStr: "secret",
+        tuple[str, ...]: "strings",
+        dict[str, str]: "pairs",
+    }
+    table: dict[str, tuple[str, bool, object, tuple[object, ...]]] = {}
+    for name, field in Settings.model_fields.items():
+        annotation = field.annotation
+        args = typing.get_args(annotation)
+        optional = typing.get_origin(annotation) in (typing.Union, types.UnionType) and (
+            type(None) in args
+        )
+        if optional:
+            (annotation,) = [a for a in args if a is not type(None)]
+        extra: tuple[object, ...] = ()
+        if typing.get_origin(annotation) is Literal:
+            kind, extra = "choice", typing.get_args(annotation)
+        else:
+            kind = kinds[annotation]
+        for bound in field.metadata:
+            if isinstance(bound, Gt):
+                extra += (("gt", bound.gt),)
+            elif isinstance(bound, Ge):
+                extra += (("ge", bound.ge),)
+            elif isinstance(bound, Le):
+                extra += (("le", bound.le),)
+        default = field.get_default(call_default_factory=True)
+        table[name] = (kind, optional, default, extra)
+    return table

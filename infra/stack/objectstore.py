@@ -1,12 +1,9 @@
 """SeaweedFS with its S3 gateway: the durable storage under the broker."""
 
 import contextlib
-import http.client
 import json
 import shutil
 import signal
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from infra.errors import InfraError, StartTimeoutError
@@ -113,6 +110,11 @@ class ObjectStoreService(Service):
         return argv
 
     def _http(self, url: str, method: str = "GET") -> int:
+        # Imported here: `status` of a stack that is down does not pay for them (~20 ms).
+        import http.client
+        import urllib.error
+        import urllib.request
+
         request = urllib.request.Request(url, method=method)
         try:
             with urllib.request.urlopen(request, timeout=2) as response:

@@ -6,10 +6,9 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from infra.errors import InfraError, MissingBinaryError, PortInUseError
-from infra.settings import Settings
 from infra.stack.broker import BrokerService
 from infra.stack.cache import RedisService
 from infra.stack.objectstore import ObjectStoreService
@@ -19,6 +18,9 @@ from infra.stack.registry import NAME as REGISTRY
 from infra.stack.registry import SchemaRegistryService, registry_answers
 from infra.stack.service import Service
 from tributary.redact import redact_url
+
+if TYPE_CHECKING:  # `tributary status` loads the light settings: pydantic is not imported
+    from infra.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class ComponentStatus:
 class LocalStack:
     """The stack's services, in start order. Every operation is idempotent."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: "Settings") -> None:
         self.settings = settings
         self.home = settings.home.resolve()
         self.postgres = PostgresService(
