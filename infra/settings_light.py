@@ -112,6 +112,7 @@ FIELDS: dict[str, FieldSpec] = {
     "spark_driver_memory": ("str", False, "1g", ()),
     "spark_java_options": ("str", False, "", ()),
     "cdc_java_options": ("str", False, "", ()),
+    "cdc_publisher": ("choice", False, "jvm", ("jvm", "python")),
     "spark_class_archive": ("path", True, None, ()),
 }
 
