@@ -2,6 +2,7 @@
 
 import json
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,12 +40,16 @@ class StatusFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # The engine's thread (after each batch) and the main thread (on a stop) both write:
+        # one at a time, or one's replace finds the other's temporary file gone.
+        self._lock = threading.Lock()
 
     def write(self, status: ConnectorStatus) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(status.as_dict()))
-        os.replace(tmp, self.path)
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(status.as_dict()))
+            os.replace(tmp, self.path)
 
     def read(self) -> ConnectorStatus | None:
         try:
