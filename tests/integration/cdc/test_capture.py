@@ -21,6 +21,15 @@ from tests.integration.kafka_reading import read_topic, wait_until
 Factory = Callable[..., CdcProcess]
 
 
+def _running_on_new_table(stack: Endpoints, connector_factory: Factory, table: str) -> CdcProcess:
+    """A new table ``(id bigint PRIMARY KEY, body text)`` and a running connector capturing it."""
+    sql(stack, f"CREATE TABLE {table} (id bigint PRIMARY KEY, body text)")
+    connector = connector_factory([f"public.{table}"])
+    connector.start()
+    connector.wait_running()
+    return connector
+
+
 @pytest.mark.parametrize("publisher", ["jvm", "python"])
 def test_changes_arrive_in_order_with_envelope_tombstone_and_key(
     stack: Endpoints, unique: str, connector_factory: Factory, publisher: str
@@ -84,10 +93,7 @@ def test_sigterm_commits_so_a_restart_redelivers_nothing(
 ) -> None:
     table = f"notes_{unique}"
     topic = f"cdc.public.{table}"
-    sql(stack, f"CREATE TABLE {table} (id bigint PRIMARY KEY, body text)")
-    connector = connector_factory([f"public.{table}"])
-    connector.start()
-    connector.wait_running()
+    connector = _running_on_new_table(stack, connector_factory, table)
     sql(stack, f"INSERT INTO {table} SELECT g, 'n' || g FROM generate_series(1, 500) g")
     wait_until(lambda: topic_length(stack, topic) >= 500, 60, "500 changes")
     assert connector.terminate() == 0, connector.output()
@@ -213,10 +219,7 @@ def test_a_change_kafka_refuses_stops_the_connector_with_the_reason(
     the refused batch (a restart reads it again, and stops again, rather than skip it)."""
     table = f"big_{unique}"
     topic = f"cdc.public.{table}"
-    sql(stack, f"CREATE TABLE {table} (id bigint PRIMARY KEY, body text)")
-    connector = connector_factory([f"public.{table}"])
-    connector.start()
-    connector.wait_running()
+    connector = _running_on_new_table(stack, connector_factory, table)
     sql(stack, f"INSERT INTO {table} VALUES (1, 'small')")
     wait_until(lambda: topic_length(stack, topic) >= 1, 60, "the first change")
     sql(stack, f"INSERT INTO {table} VALUES (2, repeat('x', 2000000))")
