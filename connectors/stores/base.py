@@ -51,6 +51,11 @@ class StoreTxn(Protocol):
         """Live entries whose ``field`` equals ``value`` (``field`` must be a lookup)."""
         ...
 
+    def count(self, collection: str, field: str, value: Any) -> int:
+        """How many entries :meth:`find` returns, without reading them where the store can
+        count its lookup index (a count that grows with the entries costs no more reads)."""
+        ...
+
     def put(self, collection: str, key: str, fields: Mapping[str, Any]) -> None:
         """A derived write: not position-guarded, keeps the entry's position and count."""
         ...

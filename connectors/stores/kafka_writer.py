@@ -334,6 +334,9 @@ class KafkaTxn:
         state = self._current((collection, key))
         return None if state is None else state.entry(collection, key)
 
+    def count(self, collection: str, field: str, value: Any) -> int:
+        return len(self.find(collection, field, value))
+
     def find(self, collection: str, field: str, value: Any) -> list[Entry]:
         lookups = self.store.collection(collection).lookups
         if field not in lookups:

@@ -904,6 +904,9 @@ class TableAccess:
     def scan(self, collection: str) -> list[Entry]:
         return self._entries(collection, sql.SQL("true"), [])
 
+    def count(self, collection: str, field: str, value: Any) -> int:
+        return len(self.find(collection, field, value))
+
     def find(self, collection: str, field: str, value: Any) -> list[Entry]:
         layout = self.store._layout(collection)
         text = _as_text(value)

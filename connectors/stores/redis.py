@@ -1027,6 +1027,32 @@ class RedisTxn:
                 out.append(state.entry(collection, key))
         return out
 
+    def count(self, collection: str, field: str, value: Any) -> int:
+        """The lookup index's members, each checked only where this unit read or wrote its
+        entry: an untouched member's entry holds the value (the index changes with its entries,
+        in the same EXEC)."""
+        if field not in self.store.collection(collection).lookups:
+            return len(self.find(collection, field, value))  # the same error
+        wanted = render(value)
+        if wanted is None:
+            return 0
+        index = self._physical(self.names.index(collection, field, wanted))
+        keys = {str(k) for k in self.store.client.smembers(index)}
+        keys.update(self._pending_index.get((collection, field, wanted), ()))
+        total = 0
+        for key in keys:
+            ident = (collection, key)
+            if ident in self._pending:
+                state = self._pending[ident]
+            elif ident in self._stored:
+                state = self._stored[ident]
+            else:
+                total += 1
+                continue
+            if state is not None and render(state.fields.get(field)) == wanted:
+                total += 1
+        return total
+
     def put(self, collection: str, key: str, fields: Mapping[str, Any]) -> None:
         self.store.collection(collection)
         ident = (collection, key)

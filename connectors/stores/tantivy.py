@@ -1050,6 +1050,9 @@ class TantivyTxn:
         self.store._collection(collection)
         return self.entry((collection, key))
 
+    def count(self, collection: str, field: str, value: Any) -> int:
+        return len(self.find(collection, field, value))
+
     def find(self, collection: str, field: str, value: Any) -> list[Entry]:
         if field not in self.store._collection(collection).lookups:
             raise StoreError(

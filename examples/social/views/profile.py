@@ -62,9 +62,9 @@ def count_profiles(txn: StoreTxn, applied: Sequence[Applied]) -> None:
                 "handle": user.fields.get("handle"),
                 "display_name": user.fields.get("display_name"),
                 "bio": user.fields.get("bio"),
-                "followers": len(txn.find(FOLLOWS, "followee_id", user_id)),
-                "following": len(txn.find(FOLLOWS, "follower_id", user_id)),
-                "posts": len(txn.find(POSTS, "author_id", user_id)),
+                "followers": txn.count(FOLLOWS, "followee_id", user_id),
+                "following": txn.count(FOLLOWS, "follower_id", user_id),
+                "posts": txn.count(POSTS, "author_id", user_id),
             },
         )
 

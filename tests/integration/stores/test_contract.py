@@ -6,7 +6,8 @@
 - a batch that starts past what the store reached is refused;
 - a crash between the data and the ledger is impossible: killed (SIGKILL) just before the
   commit, the store shows neither; the batch then applies exactly once;
-- the materializer runs in the same atomic unit and sees the unit's own writes;
+- the materializer runs in the same atomic unit and sees the unit's own writes; ``count``
+  of a lookup is what ``find`` returns, counted;
 - a swap is atomic for readers; discarding a shadow leaves the live generation alone; a live
   writer of a replaced generation stops;
 - a batch given as the Arrow write table applies exactly as its Put/Delete objects do;
@@ -188,6 +189,44 @@ def test_find_sees_what_the_materializer_put_in_the_same_unit(spec: StoreSpec) -
         writer.apply(Batch(1, offsets(3), [item("a", 3, "x", 1)]))
         assert found == [{"x": ["a", "a-copy"], "y": ["c"], "z": ["b"]}]
         assert state(store)["b"] == {"group": "z", "v": 0}
+    finally:
+        store.close()
+
+
+def test_count_is_the_number_find_returns_in_and_across_units(spec: StoreSpec) -> None:
+    """``count`` of a lookup equals ``len(find)`` before and after the unit's own puts and
+    deletes, for entries stored by earlier units and untouched by this one, for a key moved to
+    another value, and for a value no entry holds."""
+    seen: list[dict[str, tuple[int, int]]] = []
+
+    def both(txn: StoreTxn) -> dict[str, tuple[int, int]]:
+        return {
+            g: (txn.count("items", "group", g), len(txn.find("items", "group", g)))
+            for g in ("x", "y", "z", "none")
+        }
+
+    def derive(txn: StoreTxn, applied: Sequence[Applied]) -> None:
+        seen.append(both(txn))
+        if any(change.write.key == "d" for change in applied):
+            txn.put("items", "e", {"group": "x", "v": 0})  # a new key
+            txn.put("items", "a", {"group": "z", "v": 0})  # moved from x to z
+            txn.delete("items", "b")  # gone from x
+            seen.append(both(txn))
+
+    store = build(replace(spec, view=spec.view + "-count"), derive)
+    try:
+        writer = store.writer(store.live_generation(), live=True)
+        writer.apply(
+            Batch(0, offsets(3), [item("a", 1, "x", 1), item("b", 2, "x", 1), item("c", 3, "y", 1)])
+        )
+        writer.apply(Batch(1, offsets(4), [item("d", 4, "y", 1)]))
+        writer.apply(Batch(2, offsets(5), [item("f", 5, "y", 1)]))
+        assert seen == [
+            {"x": (2, 2), "y": (1, 1), "z": (0, 0), "none": (0, 0)},
+            {"x": (2, 2), "y": (2, 2), "z": (0, 0), "none": (0, 0)},
+            {"x": (1, 1), "y": (2, 2), "z": (1, 1), "none": (0, 0)},
+            {"x": (1, 1), "y": (3, 3), "z": (1, 1), "none": (0, 0)},
+        ]
     finally:
         store.close()
 
