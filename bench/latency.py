@@ -1,10 +1,14 @@
 """Benchmark: how long a command takes to be visible in each view (not a test).
 
-    .venv/bin/python bench/latency.py [--commands 1000] [--rate 20] [--trigger 1.0]
+    .venv/bin/python bench/latency.py [--commands 1000] [--rate 20] [--trigger 1.0] [--senders 16]
+        [--broker-storage s3|memory]
 
 Starts its own local stack and the long-running parts (CDC, the command processor, the views:
 search, profile, timeline and the users mirror) under the supervisor, creates users, then
-sends commands at a steady rate through the ``commands`` topic (posts, edits, follows). For
+sends commands at a steady rate through the ``commands`` topic (posts, edits, follows), from
+``--senders`` threads (each send waits for the broker's acknowledgement, so one thread alone
+cannot send faster than one broker round trip each; a key's commands go from one thread, in
+order), and prints the rate it reached. For
 each accepted command it measures, from the moment it was sent:
 
 - ``broker`` (the baseline): a record produced (idempotent, flushed) to a probe topic at the
@@ -35,7 +39,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -44,6 +49,7 @@ from confluent_kafka import TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import cpu
 from connectors.kafka import KafkaConfig, TopicAdmin
 from connectors.kafka.following import Follower
 from connectors.kafka.offsets import probe_consumer, true_watermarks
@@ -112,31 +118,36 @@ def record_tail(
 
 
 PROBE_TOPIC = "bench-latency-probe"
+IDLE_S = 15.0  # the parts' CPU while no command is sent: measured this long before sending
 
 
 def probe_broker(
-    kafka: KafkaConfig, count: int, rate: float, out: str, ready: Any, halt: Any
+    kafka: KafkaConfig, count: int, rate: float, senders: int, out: str, ready: Any, halt: Any
 ) -> None:
     """The baseline, in a process of its own: ``count`` records produced to the probe topic at
-    ``rate``, one at a time and each flushed, as the bench sends commands; writes when each was
-    sent. The events recorder tails the probe topic: produce -> seen is the broker's own
-    latency on this machine, under the same load, with nothing of Tributary in the path."""
+    ``rate``, each flushed, by ``senders`` threads with a producer each, as the bench sends
+    commands; writes when each was sent. The events recorder tails the probe topic: produce ->
+    seen is the broker's own latency on this machine, under the same load, with nothing of
+    Tributary in the path."""
     import json
 
-    producer = idempotent_producer(kafka)
     sent: dict[str, float] = {}
+
+    def sender() -> Callable[[int], None]:
+        producer = idempotent_producer(kafka)
+
+        def send(i: int) -> None:
+            key = f"probe-{i}"
+            sent[f"{key}:0"] = time.monotonic()
+            producer.produce(
+                PROBE_TOPIC, key=key.encode(), value=b"x" * 200, headers={"version": b"0"}
+            )
+            producer.flush(30)
+
+        return send
+
     ready.set()
-    started = time.monotonic()
-    for i in range(count):
-        if halt.is_set():
-            break
-        key = f"probe-{i}"
-        sent[f"{key}:0"] = time.monotonic()
-        producer.produce(PROBE_TOPIC, key=key.encode(), value=b"x" * 200, headers={"version": b"0"})
-        producer.flush(30)
-        wait = started + (i + 1) / rate - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
+    paced([f"probe-{i}" for i in range(count)], rate, senders, sender, halt)
     Path(out).write_text(json.dumps(sent))
 
 
@@ -226,6 +237,7 @@ class Recorders:
         event_topics: list[str],
         probes: int,
         rate: float,
+        senders: int,
     ) -> None:
         self.context = multiprocessing.get_context("spawn")
         self.folder = Path(tempfile.mkdtemp(prefix="bench-latency-"))
@@ -248,7 +260,7 @@ class Recorders:
             if not ready.wait(120):
                 self.stop()
                 raise RuntimeError("a recorder process did not start in 120 s")
-        self.kafka, self.probes, self.rate = kafka, probes, rate
+        self.kafka, self.probes, self.rate, self.senders = kafka, probes, rate, senders
 
     def start_probe(self) -> None:
         """Start the baseline producer (with the first command)."""
@@ -259,6 +271,7 @@ class Recorders:
                 self.kafka,
                 self.probes,
                 self.rate,
+                self.senders,
                 str(self.folder / "probe.json"),
                 ready,
                 self.halt,
@@ -316,12 +329,22 @@ def main() -> None:
     parser.add_argument("--commands", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=20.0, help="commands per second")
     parser.add_argument("--trigger", type=float, default=1.0, help="views' trigger interval, s")
+    parser.add_argument(
+        "--senders", type=int, default=16, help="sending threads (each send is flushed)"
+    )
+    parser.add_argument(
+        "--broker-storage",
+        choices=("s3", "memory"),
+        default="s3",
+        help="the local broker's log: s3 (as `tributary up`) or memory (no object store)",
+    )
     args = parser.parse_args()
 
     settings = isolated_settings(
         "tributary-latency-",
         views="examples.social.views:social_views",
         view_trigger_interval_s=args.trigger,
+        broker_storage=args.broker_storage,
     )
     stack = LocalStack(settings)
     stack.up()
@@ -344,6 +367,81 @@ def main() -> None:
     finally:
         stack.down()
         shutil.rmtree(settings.home.parent, ignore_errors=True)
+
+
+def workload(rng: random.Random, count: int) -> list[tuple[str, dict[str, Any], str]]:
+    """The commands to send, in order: (type, data, key). Posts, edits of them, follows and
+    unfollows; a command's key is its stream (a post, a follower), so the commands of one key
+    are sent one after another by one sender and reach the processor in order."""
+    posts: list[int] = []
+    follows: set[tuple[int, int]] = set()
+    out: list[tuple[str, dict[str, Any], str]] = []
+    for i in range(count):
+        roll = rng.random()
+        if roll < 0.15 and posts:
+            kind, data = "EditPost", {"post_id": rng.choice(posts), "text": f"edit {i} #bench"}
+        elif roll < 0.40:
+            a, b = rng.sample(range(1, USERS + 1), 2)
+            if (a, b) in follows:
+                kind, data = "UnfollowUser", {"follower_id": a, "followee_id": b}
+                follows.discard((a, b))
+            else:
+                kind, data = "FollowUser", {"follower_id": a, "followee_id": b}
+                follows.add((a, b))
+        else:
+            post_id = 1 + i
+            posts.append(post_id)
+            kind, data = (
+                "CreatePost",
+                {
+                    "post_id": post_id,
+                    "author_id": rng.randrange(1, USERS + 1),
+                    "text": f"post {i} #bench",
+                },
+            )
+        key = f"post-{data['post_id']}" if "post_id" in data else f"follows-{data['follower_id']}"
+        out.append((kind, data, key))
+    return out
+
+
+def paced(
+    keys: list[str],
+    rate: float,
+    senders: int,
+    sender: Callable[[], Callable[[int], None]],
+    halt: Any = None,
+) -> float:
+    """Sends item ``i`` (``sender()``'s function, one per sending thread) at ``i / rate``
+    seconds after the start, or as soon after as its thread is free: ``senders`` threads, so
+    that a flushed send's round trip does not cap the rate. The items of one key go to one
+    thread, in order. Returns the seconds it took; raises the first send's error."""
+    lanes: list[list[int]] = [[] for _ in range(senders)]
+    for i, key in enumerate(keys):
+        lanes[zlib.crc32(key.encode()) % senders].append(i)
+    errors: list[BaseException] = []
+    started = time.monotonic()
+
+    def lane(items: list[int]) -> None:
+        try:
+            send = sender()
+            for i in items:
+                if errors or (halt is not None and halt.is_set()):
+                    return
+                wait = started + i / rate - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                send(i)
+        except BaseException as exc:  # raised below, in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=lane, args=(items,)) for items in lanes if items]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return time.monotonic() - started
 
 
 def bench(settings: Settings, kafka: KafkaConfig, topics: CommandTopics, args: Any) -> None:
@@ -384,43 +482,33 @@ def bench(settings: Settings, kafka: KafkaConfig, topics: CommandTopics, args: A
 
     sent: dict[str, float] = {}
     TopicAdmin(kafka).ensure(TopicSpec(PROBE_TOPIC, partitions=1))
-    recorders = Recorders(kafka, topics, event_topics, args.commands, args.rate)
-    posts: list[int] = []
-    follows: set[tuple[int, int]] = set()
-    interval = 1.0 / args.rate
+    recorders = Recorders(kafka, topics, event_topics, args.commands, args.rate, args.senders)
+    commands = workload(rng, args.commands)
+    # before the probe and the first command: the parts running, nothing sent
+    idle_before, idle_began = cpu.snapshot(), time.monotonic()
+    time.sleep(IDLE_S)
+    idle_used = cpu.used_between(idle_before, cpu.snapshot())
+    idle_s = time.monotonic() - idle_began
     recorders.start_probe()
-    started = time.monotonic()
-    for i in range(args.commands):
-        roll = rng.random()
-        if roll < 0.15 and posts:
-            kind, data = "EditPost", {"post_id": rng.choice(posts), "text": f"edit {i} #bench"}
-        elif roll < 0.40:
-            a, b = rng.sample(range(1, USERS + 1), 2)
-            if (a, b) in follows:
-                kind, data = "UnfollowUser", {"follower_id": a, "followee_id": b}
-                follows.discard((a, b))
-            else:
-                kind, data = "FollowUser", {"follower_id": a, "followee_id": b}
-                follows.add((a, b))
-        else:
-            post_id = 1 + i
-            posts.append(post_id)
-            kind, data = (
-                "CreatePost",
-                {
-                    "post_id": post_id,
-                    "author_id": rng.randrange(1, USERS + 1),
-                    "text": f"post {i} #bench",
-                },
-            )
-        key = f"post-{data['post_id']}" if "post_id" in data else f"follows-{data['follower_id']}"
-        command_id = f"bench-{i}"
-        sent[command_id] = time.monotonic()
-        client.send(kind, data, command_id, key)
-        wait = started + (i + 1) * interval - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
-    print(f"sent in {time.monotonic() - started:.1f}s; waiting for the views to catch up")
+
+    def sender() -> Callable[[int], None]:
+        own = CommandClient(kafka, topics)  # a client per sender: a flush waits for its own
+
+        def send(i: int) -> None:
+            kind, data, key = commands[i]
+            command_id = f"bench-{i}"
+            sent[command_id] = time.monotonic()
+            own.send(kind, data, command_id, key)
+
+        return send
+
+    cpu_before = cpu.snapshot()
+    elapsed = paced([key for _, _, key in commands], args.rate, args.senders, sender)
+    cpu_used = cpu.used_between(cpu_before, cpu.snapshot())
+    print(
+        f"sent in {elapsed:.1f}s ({args.commands / elapsed:.1f} commands/s by"
+        f" {args.senders} senders); waiting for the views to catch up"
+    )
     time.sleep(15)
     phases = view_phases(settings)
     seen = recorders.stop()
@@ -473,7 +561,8 @@ def bench(settings: Settings, kafka: KafkaConfig, topics: CommandTopics, args: A
         )
     print(
         "aim per view (issue 20): p50 < 0.5 s, p99 < 1.5 s at 100 commands/s"
-        f" (this run: {args.rate:g}/s, trigger interval {args.trigger:.1f} s)"
+        f" (this run: {args.rate:g}/s asked, trigger interval {args.trigger:.2f} s, broker on"
+        f" {args.broker_storage})"
     )
     if phases:
         names = ["latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets"]
@@ -484,6 +573,10 @@ def bench(settings: Settings, kafka: KafkaConfig, topics: CommandTopics, args: A
             count = int(means.pop("n", 0))
             cells = "".join(f"{means.get(n, float('nan')):>14.3f}" for n in names)
             print(f"{view:<22}{count:>5}{cells}")
+    print("\nbefore the first command, the parts running and idle:")
+    print("\n".join(cpu.report(idle_used, idle_s)))
+    print("\nwhile the commands were sent:")
+    print("\n".join(cpu.report(cpu_used, elapsed)))
 
 
 if __name__ == "__main__":
