@@ -4,8 +4,8 @@ Writes, on the real topic names, what CDC would publish for a social app: ``user
 Debezium changes on ``cdc.public.users``, posts and follows as the outbox's Avro events on
 ``events.post`` and ``events.follows`` (typed, Confluent wire format, the social events'
 schemas registered in the stack's schema registry).
-The record formats and the model of the source of truth come from the views' tests
-(:class:`tests.integration.social.feed.SocialFeed`); this module only sizes the producer for a
+The record formats and the model of the source of truth come from the social example
+(:class:`examples.social.feed.SocialFeed`); this module only sizes the producer for a
 benchmark and draws the operations in O(1) each.
 
 Mix: the ``users`` inserts first (so every post and follow has its users), then of the rest

@@ -198,6 +198,11 @@ def _latest(
     return latest
 
 
+def _texts(conn: psycopg.Connection[Any], query: sql.Composed) -> list[str]:
+    """The first column of a query's rows, as text."""
+    return [str(r[0]) for r in conn.execute(query).fetchall()]
+
+
 def compare_table(
     db: PostgresConfig,
     kafka: KafkaConfig,
@@ -234,15 +239,13 @@ def compare_table(
         )
         row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(ident)).fetchone()
         report.rows = int(row[0]) if row else 0
-        report.missing = [
-            str(r[0])
-            for r in conn.execute(
-                sql.SQL(
-                    "SELECT {key} FROM {t} t WHERE NOT EXISTS"
-                    " (SELECT 1 FROM topic_state s WHERE s.r IS NOT NULL AND {match})"
-                ).format(key=key_json, t=ident, match=key_of_state)
-            ).fetchall()
-        ]
+        report.missing = _texts(
+            conn,
+            sql.SQL(
+                "SELECT {key} FROM {t} t WHERE NOT EXISTS"
+                " (SELECT 1 FROM topic_state s WHERE s.r IS NOT NULL AND {match})"
+            ).format(key=key_json, t=ident, match=key_of_state),
+        )
         values = [c for c in typed if c.name not in keys]
         differs = sql.SQL(" OR ").join(
             sql.SQL("t.{} IS DISTINCT FROM {}").format(
@@ -251,24 +254,20 @@ def compare_table(
             for c in values
         )
         if values:
-            report.stale = [
-                str(r[0])
-                for r in conn.execute(
-                    sql.SQL(
-                        "SELECT {key} FROM {t} t JOIN topic_state s ON s.r IS NOT NULL AND {match}"
-                        " WHERE {differs}"
-                    ).format(key=key_json, t=ident, match=key_of_state, differs=differs)
-                ).fetchall()
-            ]
-        report.extra = [
-            str(r[0])
-            for r in conn.execute(
+            report.stale = _texts(
+                conn,
                 sql.SQL(
-                    "SELECT s.k::text FROM topic_state s WHERE s.r IS NOT NULL AND NOT EXISTS"
-                    " (SELECT 1 FROM {t} t WHERE {match})"
-                ).format(t=ident, match=key_of_state)
-            ).fetchall()
-        ]
+                    "SELECT {key} FROM {t} t JOIN topic_state s ON s.r IS NOT NULL AND {match}"
+                    " WHERE {differs}"
+                ).format(key=key_json, t=ident, match=key_of_state, differs=differs),
+            )
+        report.extra = _texts(
+            conn,
+            sql.SQL(
+                "SELECT s.k::text FROM topic_state s WHERE s.r IS NOT NULL AND NOT EXISTS"
+                " (SELECT 1 FROM {t} t WHERE {match})"
+            ).format(t=ident, match=key_of_state),
+        )
     return report
 
 

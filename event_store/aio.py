@@ -102,13 +102,7 @@ class AsyncEventStore:
         if not rows:
             actual = None if connection is not None else await self.stream_version(stream_id)
             raise ConcurrencyError(stream_id, expected_version, actual)
-        positions = tuple(sorted(Position(int(r[0]), int(r[1])) for r in rows))
-        return AppendResult(
-            stream_id,
-            expected_version + len(events),
-            tuple(str(e.event_id) for e in events),
-            positions,
-        )
+        return AppendResult.of(stream_id, events, expected_version, rows)
 
     async def stream_version(self, stream_id: str) -> int:
         rows = await self._fetch(self._version, {"stream_id": stream_id}, None)

@@ -87,6 +87,24 @@ class AppendResult:
         """The position of the last appended event."""
         return self.positions[-1] if self.positions else None
 
+    @classmethod
+    def of(
+        cls,
+        stream_id: str,
+        events: Sequence[NewEvent],
+        expected_version: int,
+        rows: Sequence[Sequence[Any]],
+    ) -> "AppendResult":
+        """What an append of ``events`` stored, from the ``(transaction_id, position)`` rows
+        its statement returned (one per event)."""
+        positions = tuple(sorted(Position(int(r[0]), int(r[1])) for r in rows))
+        return cls(
+            stream_id,
+            expected_version + len(events),
+            tuple(str(e.event_id) for e in events),
+            positions,
+        )
+
 
 class AppendStatements:
     """The four append statements: one event or many, to a new stream or an existing one.
@@ -316,13 +334,7 @@ class EventStore:
         """What an :meth:`append_statement` stored, from the rows it returned."""
         if not rows:
             raise ConcurrencyError(stream_id, expected_version, None)
-        positions = tuple(sorted(Position(int(r[0]), int(r[1])) for r in rows))
-        return AppendResult(
-            stream_id,
-            expected_version + len(events),
-            tuple(str(e.event_id) for e in events),
-            positions,
-        )
+        return AppendResult.of(stream_id, events, expected_version, rows)
 
     def append_error(
         self, exc: psycopg.Error, stream_id: str, expected_version: int

@@ -175,6 +175,19 @@ class DeadLetter:
     reason: str
     stage: str  # "decode" (the fold refused it) or "write" (the store refused it)
 
+    @classmethod
+    def refused_by_fold(cls, row: dict[str, Any]) -> "DeadLetter":
+        """The dead letter of a folded row with an error (the fold refused its record)."""
+        return cls(
+            row["topic"] or "",
+            int(row["partition"] or 0),
+            int(row["offset"] or 0),
+            row["raw_key"],
+            row["raw_value"],
+            row["error"],
+            "decode",
+        )
+
 
 WRITE_COLUMNS = tuple(WRITE_SCHEMA.names)
 """The folded columns a store's write table holds (the folded schema without the rejection's)."""
@@ -189,18 +202,7 @@ def split_folded(table: pa.Table) -> tuple[pa.Table, list[DeadLetter]]:
     errors = table.column("error")
     if errors.null_count < table.num_rows:
         bad = pc.is_valid(errors)
-        dead = [
-            DeadLetter(
-                row["topic"] or "",
-                int(row["partition"] or 0),
-                int(row["offset"] or 0),
-                row["raw_key"],
-                row["raw_value"],
-                row["error"],
-                "decode",
-            )
-            for row in table.filter(bad).to_pylist()
-        ]
+        dead = [DeadLetter.refused_by_fold(row) for row in table.filter(bad).to_pylist()]
         table = table.filter(pc.invert(bad))
     else:
         dead = []
@@ -232,17 +234,7 @@ def writes_from_folded(table: pa.Table) -> tuple[list[Write], list[DeadLetter]]:
     dead: list[DeadLetter] = []
     for row in rows:
         if row.get("error") is not None:
-            dead.append(
-                DeadLetter(
-                    row["topic"] or "",
-                    int(row["partition"] or 0),
-                    int(row["offset"] or 0),
-                    row["raw_key"],
-                    row["raw_value"],
-                    row["error"],
-                    "decode",
-                )
-            )
+            dead.append(DeadLetter.refused_by_fold(row))
             continue
         source = SourceRef(row["topic"] or "", int(row["partition"] or 0), int(row["offset"] or 0))
         write: Write

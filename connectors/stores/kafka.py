@@ -276,7 +276,7 @@ class KafkaStore:
             or ledger_topic in self.topics.values()
         ):
             raise StoreError(f"view {view}: two collections (or the ledger) share a topic")
-        self._lock = threading.RLock()  # the reading consumer, the ledger, the admin client
+        self.lock = threading.RLock()  # the reading consumer, the ledger, the admin client
         self._changing = threading.RLock()  # one change of generations at a time
         self._ledger: LedgerLog | None = None
         self._producer: Producer | None = None
@@ -318,7 +318,7 @@ class KafkaStore:
         with kafka_errors(self.view, what):
             yield
 
-    # -- clients (the consumer and the ledger under _lock) ----------------------------------
+    # -- clients (the consumer and the ledger under lock) ----------------------------------
 
     def admin(self) -> TopicAdmin:
         if self._admin is None:
@@ -344,14 +344,14 @@ class KafkaStore:
             self._ledger = LedgerLog(self.kafka, self.ledger_topic, self.view, self.timeout)
         return self._ledger
 
-    def _reader(self) -> RangeReader:
+    def reader(self) -> RangeReader:
         """The reader of every read (the ledger's: one per store object)."""
         return self.ledger().reader
 
     def producer(self) -> Producer:
         """The store's idempotent producer, shared by its writers (starting one takes
         half a second on some brokers)."""
-        with self._lock:
+        with self.lock:
             if self._producer is None:
                 self._producer = _producer(self.kafka)
             return self._producer
@@ -366,11 +366,11 @@ class KafkaStore:
         key = ledger_key(self.view, None if name == LIVE else name)
         sending.send(self.ledger_topic, key.encode(), value, [])
         [offset] = sending.wait()[(self.ledger_topic, 0)]
-        with self._lock:
+        with self.lock:
             self.ledger().note(name, record, offset)
 
-    def _current(self) -> LedgerLog:
-        """The ledger read up to its end now (call under _lock)."""
+    def current(self) -> LedgerLog:
+        """The ledger read up to its end now (call under lock)."""
         ledger = self.ledger()
         ledger.refresh()
         return ledger
@@ -418,7 +418,7 @@ class KafkaStore:
 
     def _resolve(self, generation: str | None) -> tuple[GenerationRecord | None, str | None]:
         """The record to read a generation by (None: the live one) and its shadow id."""
-        ledger = self._current()
+        ledger = self.current()
         live = ledger.live()
         if generation is None or (live is not None and live.generation == generation):
             return live, None
@@ -439,27 +439,27 @@ class KafkaStore:
 
     def live_generation(self) -> str:
         with self.errors("reading the live generation"):
-            with self._lock:
-                live = self._current().live()
+            with self.lock:
+                live = self.current().live()
             if live is not None:
                 return live.generation
             with self._changing:
-                with self._lock:
-                    live = self._current().live()
+                with self.lock:
+                    live = self.current().live()
                     if live is not None:
                         return live.generation
                     self.ensure_topics(self.generation_topics(None).values())
                 record = GenerationRecord(new_generation())
                 self._put_record(LIVE, record, "creating the live generation")
-                with self._lock:  # another process may have created one too: the latest wins
-                    live = self._current().live()
+                with self.lock:  # another process may have created one too: the latest wins
+                    live = self.current().live()
         if live is None:
             raise StoreError(f"view {self.view}: the live record vanished from the ledger")
         return live.generation
 
     def committed(self, generation: str) -> Commit:
-        with self._lock, self.errors("reading the ledger"):
-            ledger = self._current()
+        with self.lock, self.errors("reading the ledger"):
+            ledger = self.current()
         live = ledger.live()
         if live is not None and live.generation == generation:
             return live.commit(self.view)
@@ -478,14 +478,14 @@ class KafkaStore:
         with self._changing:
             self.discard(generation)
             with self.errors("preparing a generation"):
-                with self._lock:
+                with self.lock:
                     self.ensure_topics(self.generation_topics(generation).values())
                 record = GenerationRecord(generation)
                 self._put_record(generation, record, "preparing a generation")
 
     def generations(self) -> set[str]:
-        with self._lock, self.errors("listing generations"):
-            ledger = self._current()
+        with self.lock, self.errors("listing generations"):
+            ledger = self.current()
             found = set(ledger.shadows())
             live = ledger.live()
         if live is not None:
@@ -494,8 +494,8 @@ class KafkaStore:
 
     def discard(self, generation: str) -> None:
         with self._changing, self.errors("discarding a generation"):
-            with self._lock:
-                ledger = self._current()
+            with self.lock:
+                ledger = self.current()
                 live, shadow = ledger.live(), ledger.shadow(generation)
             if live is not None and live.generation == generation:
                 raise StoreError(f"view {self.view}: generation {generation} is live; not dropped")
@@ -506,7 +506,7 @@ class KafkaStore:
 
     def _drop_topics(self, generation: str) -> None:
         shadow = set(self.generation_topics(generation).values())
-        with self._lock:
+        with self.lock:
             existing = shadow & set(self.admin().topic_names())
             self._ready.difference_update(shadow)
             self._checked.difference_update(shadow)
@@ -515,8 +515,8 @@ class KafkaStore:
     def swap_in(self, generation: str) -> str | None:
         with self._changing, self.errors("swapping generations"):
             live_topics = self.generation_topics(None)
-            with self._lock:
-                ledger = self._current()
+            with self.lock:
+                ledger = self.current()
                 live, shadow = ledger.live(), ledger.shadow(generation)
                 if live is not None and live.generation == generation:
                     return generation
@@ -527,8 +527,8 @@ class KafkaStore:
                     )
                 self.ensure_topics(live_topics.values())
                 base = GenerationRecord(generation) if live is None else live
-                new = self.read_slots(self._reader(), shadow, self.generation_topics(generation))
-                old = self.read_slots(self._reader(), base, live_topics)
+                new = self.read_slots(self.reader(), shadow, self.generation_topics(generation))
+                old = self.read_slots(self.reader(), base, live_topics)
             # The difference goes past the live bounds: readers do not see it yet.
             sending = self._send(f"swapping in generation {generation}")
             for collection, topic in live_topics.items():
@@ -558,7 +558,7 @@ class KafkaStore:
 
     def get(self, collection: str, key: str, generation: str | None = None) -> Entry | None:
         self.collection(collection)
-        with self._lock, self.errors("reading an entry"):
+        with self.lock, self.errors("reading an entry"):
             record, shadow = self._resolve(generation)
             if record is None:
                 return None
@@ -566,19 +566,19 @@ class KafkaStore:
             self._check_partitions(topic)
             partition = partition_for(key.encode(), self.partitions)
             slots = self.read_slots(
-                self._reader(), record, {collection: topic}, only={collection: partition}
+                self.reader(), record, {collection: topic}, only={collection: partition}
             )
         slot = slots[collection].get(key)
         return None if slot is None else _entry(collection, key, slot)
 
     def scan(self, collection: str, generation: str | None = None) -> list[Entry]:
         self.collection(collection)
-        with self._lock, self.errors("scanning a collection"):
+        with self.lock, self.errors("scanning a collection"):
             record, shadow = self._resolve(generation)
             if record is None:
                 return []
             slots = self.read_slots(
-                self._reader(), record, {collection: self.topic(collection, shadow)}
+                self.reader(), record, {collection: self.topic(collection, shadow)}
             )
         out = [_entry(collection, key, slot) for key, slot in sorted(slots[collection].items())]
         return [e for e in out if e is not None]
@@ -591,7 +591,7 @@ class KafkaStore:
         return f"kafka {self.kafka.bootstrap_servers} {where}"
 
     def close(self) -> None:
-        with self._changing, self._lock:
+        with self._changing, self.lock:
             if self._ledger is not None:
                 self._ledger.close()
                 self._ledger = None

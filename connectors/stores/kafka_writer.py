@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -52,6 +52,7 @@ from connectors.stores.kafka_ledger import (
     ledger_key,
     read_offsets,
 )
+from connectors.stores.kafka_types import WriterStore
 from connectors.stores.model import (
     Applied,
     Batch,
@@ -66,9 +67,6 @@ from connectors.stores.model import (
 from connectors.stores.positions import ENTRY, GONE, NONE, TOMB, PositionIndex
 from connectors.stores.protocol import BatchUnit, BatchWriter
 from connectors.stores.writes import WriteColumns, entry_texts, guard
-
-if TYPE_CHECKING:
-    from connectors.stores.kafka import KafkaStore
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +243,7 @@ class KafkaTxn:
     writes first, then the committed state (an entry's fields read from its record, or the
     writer's cache); nothing reaches Kafka until the writer produces :meth:`changes`."""
 
-    def __init__(self, store: "KafkaStore", writer: "KafkaWriter", state: WriterState) -> None:
+    def __init__(self, store: WriterStore, writer: "KafkaWriter", state: WriterState) -> None:
         self.store = store
         self.writer = writer
         self.state = state
@@ -455,7 +453,7 @@ class KafkaWriter(BatchWriter):
     """Applies batches to one generation of a Kafka view store (one writer per generation)."""
 
     def __init__(
-        self, store: "KafkaStore", generation: str, *, live: bool, hooks: CommitHooks
+        self, store: WriterStore, generation: str, *, live: bool, hooks: CommitHooks
     ) -> None:
         super().__init__(store.view, store.materializer, generation, live=live, hooks=hooks)
         self.store = store
@@ -527,7 +525,7 @@ class KafkaWriter(BatchWriter):
         time, in chunks folded column-wise (the latest record per key wins)."""
         store = self.store
         state = WriterState(store.collections)
-        reader = store._reader()
+        reader = store.reader()
         what = f"view {store.view}: generation {record.generation}"
         for collection, topic in self.topics.items():
             lookups = bool(store.collection(collection).lookups)
@@ -566,9 +564,9 @@ class KafkaWriter(BatchWriter):
                 raise StoreError(
                     f"view {store.view}: the writer does not know where an entry of {ref[0]} is"
                 )
-        with store._lock:
+        with store.lock:
             found = read_offsets(
-                store._reader(), missing, store.timeout, f"view {store.view}: reading entries"
+                store.reader(), missing, store.timeout, f"view {store.view}: reading entries"
             )
         for ident, where in wanted.items():
             if ident in out:
@@ -591,7 +589,7 @@ class KafkaWriter(BatchWriter):
         key = ledger_key(store.view, self.shadow)
         committing.send(store.ledger_topic, key.encode(), record.to_json(), [])
         [offset] = committing.wait()[(store.ledger_topic, 0)]
-        with store._lock:
+        with store.lock:
             store.ledger().note(LIVE if self.live else self.generation, record, offset)
 
 
@@ -708,15 +706,15 @@ class KafkaUnit(BatchUnit):
         self._placed: dict[str, np.ndarray] = {}  # collection -> partition, offset per record
 
     def live_generation(self) -> str | None:
-        with self.store._lock:
-            self._ledger = self.store._current()
+        with self.store.lock:
+            self._ledger = self.store.current()
             live = self._ledger.live()
         return None if live is None else live.generation
 
     def ledger(self) -> Commit:
-        with self.store._lock:
+        with self.store.lock:
             if self._ledger is None:
-                self._ledger = self.store._current()
+                self._ledger = self.store.current()
             record = self.writer.record(self._ledger)
             self._state = self.writer.state(record)
         self._record = record

@@ -72,6 +72,36 @@ def _stored_event(fields: dict[str, Any]) -> StoredEvent:
     return event
 
 
+def _stored_events(rows: Sequence[Sequence[Any]]) -> list[StoredEvent]:
+    """Stored events of rows ``(originator_id, originator_version, topic, state)``."""
+    return [
+        _stored_event(
+            {
+                "originator_id": originator,
+                "originator_version": version,
+                "topic": topic,
+                "state": state,
+            }
+        )
+        for originator, version, topic, state in rows
+    ]
+
+
+def _select_statement(
+    select: str, where: list[str], version: str, gt: bool, lte: bool, desc: bool, limit: bool
+) -> str:
+    """``SELECT select WHERE where`` (and ``version`` above ``%(gt)s``, at most ``%(lte)s``
+    when asked) in ``version`` order, at most ``%(limit)s`` rows when asked."""
+    if gt:
+        where.append(f"{version} > %(gt)s")
+    if lte:
+        where.append(f"{version} <= %(lte)s")
+    return (
+        f"SELECT {select} WHERE {' AND '.join(where)} "
+        f"ORDER BY {version} {'DESC' if desc else 'ASC'}" + (" LIMIT %(limit)s" if limit else "")
+    )
+
+
 def _notification(fields: dict[str, Any]) -> Notification:
     notification: Notification = _new(Notification)
     _set(notification, "__dict__", fields)
@@ -234,15 +264,12 @@ class _OutboxRecorder(TributaryRecorder):
                 "stream_id = %(stream_id)s",
                 "metadata -> 'eventsourcing' ->> 'application' = %(application)s",
             ]
-            if gt:
-                where.append("version > %(gt)s")
-            if lte:
-                where.append("version <= %(lte)s")
-            statement = (
-                f"SELECT {self.originator_id_column()}, version - 1, {TOPIC}, {STATE} "
-                f"FROM {self.schema}.events WHERE {' AND '.join(where)} "
-                f"ORDER BY version {'DESC' if desc else 'ASC'}"
-                + (" LIMIT %(limit)s" if limit else "")
+            statement = _select_statement(
+                f"{self.originator_id_column()}, version - 1, {TOPIC}, {STATE} "
+                f"FROM {self.schema}.events",
+                where,
+                "version",
+                *key,
             )
             self._select_events[key] = statement
         return statement
@@ -273,17 +300,7 @@ class _OutboxRecorder(TributaryRecorder):
             params["limit"] = limit
         with self.connection() as conn:
             rows = fetch_rows(conn, statement, params)
-        return [
-            _stored_event(
-                {
-                    "originator_id": originator,
-                    "originator_version": version,
-                    "topic": topic,
-                    "state": state,
-                }
-            )
-            for originator, version, topic, state in rows
-        ]
+        return _stored_events(rows)
 
 
 class TributaryAggregateRecorder(_OutboxRecorder, AggregateRecorder):
@@ -543,20 +560,16 @@ class TributarySnapshotRecorder(TributaryRecorder, AggregateRecorder):
                 "purpose = %(purpose)s",
                 "originator_id = %(id)s",
             ]
-            if gt:
-                where.append("originator_version > %(gt)s")
-            if lte:
-                where.append("originator_version <= %(lte)s")
             column = (
                 "originator_id::uuid"
                 if self.config.originator_id_type == "uuid"
                 else "originator_id"
             )
-            statement = (
-                f"SELECT {column}, originator_version, topic, state "
-                f"FROM {self.schema}.es_snapshots WHERE {' AND '.join(where)} "
-                f"ORDER BY originator_version {'DESC' if desc else 'ASC'}"
-                + (" LIMIT %(limit)s" if limit else "")
+            statement = _select_statement(
+                f"{column}, originator_version, topic, state FROM {self.schema}.es_snapshots",
+                where,
+                "originator_version",
+                *key,
             )
             self._select[key] = statement
         return statement
@@ -582,14 +595,4 @@ class TributarySnapshotRecorder(TributaryRecorder, AggregateRecorder):
                 params[name] = value
         with self.connection() as conn:
             rows = fetch_rows(conn, statement, params)
-        return [
-            _stored_event(
-                {
-                    "originator_id": originator,
-                    "originator_version": version,
-                    "topic": topic,
-                    "state": state,
-                }
-            )
-            for originator, version, topic, state in rows
-        ]
+        return _stored_events(rows)

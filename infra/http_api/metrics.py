@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from starlette.concurrency import run_in_threadpool
 
@@ -26,6 +26,7 @@ from infra.settings import Settings
 from infra.telemetry.cdc import SlotCollector
 from infra.telemetry.commands import CommandMetrics
 from infra.telemetry.endpoint import part_registry
+from infra.telemetry.families import Family, Sample
 from infra.telemetry.overview import Overview, OverviewCollector
 from projections.view import View
 
@@ -38,6 +39,12 @@ __all__ = [
 ]
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+VIEW_UP = Family(
+    "gauge", "tributary_view_up", "1 when the view's store answered, else 0.", ("view",)
+)
+VIEW_BATCH = Family(
+    "gauge", "tributary_view_batch_id", "The last batch the view committed.", ("view",)
+)
 
 
 class ViewCollector(Collector):
@@ -47,28 +54,24 @@ class ViewCollector(Collector):
         self.views = list(views)
 
     def collect(self) -> Iterator[Metric]:
-        up = GaugeMetricFamily(
-            "tributary_view_up", "1 when the view's store answered, else 0.", labels=["view"]
-        )
-        batch = GaugeMetricFamily(
-            "tributary_view_batch_id", "The last batch the view committed.", labels=["view"]
-        )
+        up: list[Sample] = []
+        batch: list[Sample] = []
         own: dict[str, Metric] = {}
         for view in self.views:
             try:
                 commit = view.store.committed(view.store.live_generation())
                 counters = view.metrics() if view.metrics is not None else {}
             except Exception:  # a store that does not answer is a sample, not an error
-                up.add_metric([view.name], 0)
+                up.append(([view.name], 0))
                 continue
-            up.add_metric([view.name], 1)
-            batch.add_metric([view.name], commit.batch_id)
+            up.append(([view.name], 1))
+            batch.append(([view.name], commit.batch_id))
             for name, value in counters.items():
                 full = f"tributary_view_{name}"
                 metric = own.setdefault(full, Metric(full, f"The view's {name}.", "unknown"))
                 metric.add_sample(full, {"view": view.name}, value)
-        yield up
-        yield batch
+        yield VIEW_UP.of(*up)
+        yield VIEW_BATCH.of(*batch)
         yield from own.values()
 
 

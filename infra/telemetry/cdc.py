@@ -6,10 +6,53 @@ when its connector is down)."""
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from infra.telemetry.families import Family
+
 __all__ = ["ConnectorCollector", "SlotCollector"]
+
+CONNECTOR = ("connector",)
+UP = Family("gauge", "tributary_cdc_up", "1 while the connector streams changes.", CONNECTOR)
+EVENTS = Family(
+    "counter",
+    "tributary_cdc_events",
+    "Change events published to Kafka (acknowledged) since the connector started.",
+    CONNECTOR,
+)
+BATCHES = Family(
+    "counter",
+    "tributary_cdc_batches",
+    "Batches the embedded engine handed over since the connector started.",
+    CONNECTOR,
+)
+HANDLER_SECONDS = Family(
+    "counter",
+    "tributary_cdc_handler_seconds",
+    "Time of the connector's handler by stage: read (records out of the JVM, routed)"
+    " and publish (produced until acknowledged).",
+    ("connector", "stage"),
+)
+LAST_CHANGE = Family(
+    "gauge",
+    "tributary_cdc_last_change_timestamp_seconds",
+    "When the connector last published a change (Unix time).",
+    CONNECTOR,
+)
+SLOT = ("slot",)
+RETAINED_WAL = Family(
+    "gauge", "tributary_cdc_slot_retained_wal_bytes", "WAL the replication slot holds back.", SLOT
+)
+WAL_BUDGET = Family(
+    "gauge",
+    "tributary_cdc_slot_wal_budget_bytes",
+    "The WAL a slot may hold back (max_slot_wal_keep_size).",
+    SLOT,
+)
+SLOT_ACTIVE = Family(
+    "gauge", "tributary_cdc_slot_active", "1 while a connector reads the slot.", SLOT
+)
 
 
 class ConnectorCollector(Collector):
@@ -22,43 +65,15 @@ class ConnectorCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         st = self.status()
-        labels = [self.name]
-        up = GaugeMetricFamily(
-            "tributary_cdc_up", "1 while the connector streams changes.", labels=["connector"]
+        at = [self.name]
+        yield UP.of((at, 1 if st.state == "running" else 0))
+        yield EVENTS.of((at, st.records_published))
+        yield BATCHES.of((at, st.batches))
+        yield HANDLER_SECONDS.of(
+            ([self.name, "read"], st.read_seconds), ([self.name, "publish"], st.publish_seconds)
         )
-        up.add_metric(labels, 1 if st.state == "running" else 0)
-        yield up
-        events = CounterMetricFamily(
-            "tributary_cdc_events",
-            "Change events published to Kafka (acknowledged) since the connector started.",
-            labels=["connector"],
-        )
-        events.add_metric(labels, st.records_published)
-        yield events
-        batches = CounterMetricFamily(
-            "tributary_cdc_batches",
-            "Batches the embedded engine handed over since the connector started.",
-            labels=["connector"],
-        )
-        batches.add_metric(labels, st.batches)
-        yield batches
-        seconds = CounterMetricFamily(
-            "tributary_cdc_handler_seconds",
-            "Time of the connector's handler by stage: read (records out of the JVM, routed)"
-            " and publish (produced until acknowledged).",
-            labels=["connector", "stage"],
-        )
-        seconds.add_metric([self.name, "read"], st.read_seconds)
-        seconds.add_metric([self.name, "publish"], st.publish_seconds)
-        yield seconds
         if st.last_change_at is not None:
-            last = GaugeMetricFamily(
-                "tributary_cdc_last_change_timestamp_seconds",
-                "When the connector last published a change (Unix time).",
-                labels=["connector"],
-            )
-            last.add_metric(labels, st.last_change_at)
-            yield last
+            yield LAST_CHANGE.of((at, st.last_change_at))
 
 
 class SlotCollector(Collector):
@@ -76,25 +91,9 @@ class SlotCollector(Collector):
             return
         if info is None:
             return
-        labels = [self.slot]
+        at = [self.slot]
         if info.retained_wal_bytes is not None:
-            retained = GaugeMetricFamily(
-                "tributary_cdc_slot_retained_wal_bytes",
-                "WAL the replication slot holds back.",
-                labels=["slot"],
-            )
-            retained.add_metric(labels, info.retained_wal_bytes)
-            yield retained
+            yield RETAINED_WAL.of((at, info.retained_wal_bytes))
         if info.budget_bytes is not None:
-            budget = GaugeMetricFamily(
-                "tributary_cdc_slot_wal_budget_bytes",
-                "The WAL a slot may hold back (max_slot_wal_keep_size).",
-                labels=["slot"],
-            )
-            budget.add_metric(labels, info.budget_bytes)
-            yield budget
-        active = GaugeMetricFamily(
-            "tributary_cdc_slot_active", "1 while a connector reads the slot.", labels=["slot"]
-        )
-        active.add_metric(labels, 1 if info.active else 0)
-        yield active
+            yield WAL_BUDGET.of((at, info.budget_bytes))
+        yield SLOT_ACTIVE.of((at, 1 if info.active else 0))

@@ -16,10 +16,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from connectors.kafka.offsets import TrueEnds
+from infra.telemetry.families import Family
 from projections.view import View
 
 if TYPE_CHECKING:
@@ -30,6 +31,41 @@ if TYPE_CHECKING:
 __all__ = ["Overview", "OverviewCollector", "ViewState"]
 
 LOOK_TIMEOUT_S = 5.0  # a broker that does not answer makes a look fail fast, not hang a scrape
+
+VIEW_LAG = Family(
+    "gauge",
+    "tributary_view_lag_records",
+    "Records on the view's topics it has not applied (true ends minus its store's offsets).",
+    ("view",),
+)
+VIEW_LAG_SECONDS = Family(
+    "gauge",
+    "tributary_view_lag_seconds",
+    "How long the oldest record the view has not applied has been on its topic (0: caught up).",
+    ("view",),
+)
+VIEW_DEAD_LETTERS = Family(
+    "gauge",
+    "tributary_view_dead_letters",
+    "Records on the view's dead-letter topic dlq.<view>.",
+    ("view",),
+)
+VIEW_REDRIVEN = Family(
+    "gauge",
+    "tributary_view_redriven_dead_letters",
+    "Dead letters appended back to the view's topics by `tributary dlq redrive`.",
+    ("view",),
+)
+VERIFY_OK = Family("gauge", "tributary_verify_ok", "1 when the last verify found nothing wrong.")
+VERIFY_AT = Family(
+    "gauge", "tributary_verify_last_run_timestamp_seconds", "When the last verify ran (Unix time)."
+)
+VERIFY_FINDINGS = Family(
+    "gauge",
+    "tributary_verify_findings",
+    "What the last verify found, by kind (missing, stale, extra, ... records).",
+    ("kind",),
+)
 
 
 @dataclass(frozen=True)
@@ -377,36 +413,12 @@ class OverviewCollector(Collector):
 
     @staticmethod
     def _views(views: list[ViewState]) -> Iterator[Metric]:
-        lag = GaugeMetricFamily(
-            "tributary_view_lag_records",
-            "Records on the view's topics it has not applied (true ends minus its store's"
-            " offsets).",
-            labels=["view"],
+        yield VIEW_LAG.of(*(([v.status.view], v.status.lag) for v in views))
+        yield VIEW_LAG_SECONDS.of(
+            *(([v.status.view], v.lag_seconds) for v in views if v.lag_seconds is not None)
         )
-        seconds = GaugeMetricFamily(
-            "tributary_view_lag_seconds",
-            "How long the oldest record the view has not applied has been on its topic (0:"
-            " caught up).",
-            labels=["view"],
-        )
-        dead = GaugeMetricFamily(
-            "tributary_view_dead_letters",
-            "Records on the view's dead-letter topic dlq.<view>.",
-            labels=["view"],
-        )
-        redriven = GaugeMetricFamily(
-            "tributary_view_redriven_dead_letters",
-            "Dead letters appended back to the view's topics by `tributary dlq redrive`.",
-            labels=["view"],
-        )
-        for v in views:
-            name = v.status.view
-            lag.add_metric([name], v.status.lag)
-            if v.lag_seconds is not None:
-                seconds.add_metric([name], v.lag_seconds)
-            dead.add_metric([name], v.dead_letters)
-            redriven.add_metric([name], v.redriven)
-        yield from (lag, seconds, dead, redriven)
+        yield VIEW_DEAD_LETTERS.of(*(([v.status.view], v.dead_letters) for v in views))
+        yield VIEW_REDRIVEN.of(*(([v.status.view], v.redriven) for v in views))
 
 
 VERIFY_KINDS = (
@@ -443,19 +455,6 @@ def verify_metrics(result: dict[str, Any] | None) -> Iterator[Metric]:
     the last verify (nothing before the first)."""
     if result is None:
         return
-    ok = GaugeMetricFamily("tributary_verify_ok", "1 when the last verify found nothing wrong.")
-    ok.add_metric([], 1 if result.get("ok") else 0)
-    yield ok
-    at = GaugeMetricFamily(
-        "tributary_verify_last_run_timestamp_seconds", "When the last verify ran (Unix time)."
-    )
-    at.add_metric([], float(result.get("at", 0)))
-    yield at
-    findings = GaugeMetricFamily(
-        "tributary_verify_findings",
-        "What the last verify found, by kind (missing, stale, extra, ... records).",
-        labels=["kind"],
-    )
-    for kind, n in verify_findings(result).items():
-        findings.add_metric([kind], n)
-    yield findings
+    yield VERIFY_OK.of(([], 1 if result.get("ok") else 0))
+    yield VERIFY_AT.of(([], float(result.get("at", 0))))
+    yield VERIFY_FINDINGS.of(*(([kind], n) for kind, n in verify_findings(result).items()))

@@ -94,7 +94,7 @@ def test_the_kafka_store_reads_a_partition_of_many_small_batches(
         assert last is not None and last.position == SINGLE + TAIL
         assert time.monotonic() - began < 15  # a stalled read fails after 30 s
         if s3_stack.local is not None:  # on Tansu the reads stalled and went on with a longer wait
-            assert store._reader().wait > 1
+            assert store.reader().wait > 1
     finally:
         store.close()
 
