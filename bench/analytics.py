@@ -57,6 +57,7 @@ from confluent_kafka import Consumer, TopicPartition
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.spark_reads import PLAIN_CONSUMER, plain_read, source_alone
+from bench.stopping import stop_cleanly_on_sigterm
 from connectors.kafka import KafkaConfig, TopicAdmin
 from examples.social.activity import (
     HOUR_MS,
@@ -711,4 +712,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

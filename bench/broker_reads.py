@@ -31,6 +31,7 @@ from confluent_kafka import Producer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.rounds import Rounds
+from bench.stopping import stop_cleanly_on_sigterm
 from connectors.kafka.admin import TopicAdmin
 from connectors.kafka.topics import TopicSpec
 from infra.stack import LocalStack
@@ -111,4 +112,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

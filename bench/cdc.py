@@ -32,6 +32,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.stopping import stop_cleanly_on_sigterm
 from cdc.slots import drop_publication, drop_slot
 from connectors.kafka import TopicAdmin
 from infra.settings import Settings
@@ -245,4 +246,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

@@ -56,6 +56,7 @@ from bench.analytics import (
 from bench.replay import check_social
 from bench.social_workload import BenchFeed, Picker, fill_social
 from bench.spark_reads import plain_read_topics, source_alone
+from bench.stopping import stop_cleanly_on_sigterm
 from connectors.kafka import KafkaConfig, TopicAdmin
 from examples.social.analytics import AnalyticsConfig, analytics_views
 from infra.stack import LocalStack
@@ -330,4 +331,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

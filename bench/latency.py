@@ -50,6 +50,7 @@ from confluent_kafka import TopicPartition
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import cpu
+from bench.stopping import stop_cleanly_on_sigterm
 from connectors.kafka import KafkaConfig, TopicAdmin
 from connectors.kafka.following import Follower
 from connectors.kafka.offsets import probe_consumer, true_watermarks
@@ -580,4 +581,5 @@ def bench(settings: Settings, kafka: KafkaConfig, topics: CommandTopics, args: A
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

@@ -79,6 +79,7 @@ from bench.load_baseline import (
     run_echo,
     run_no_store_api,
 )
+from bench.stopping import stop_cleanly_on_sigterm
 from connectors.kafka.reading import read_topic
 from connectors.postgres import make_engine
 from event_store.command_topic import PROCESSOR_FETCH_WAIT_MS, CommandClient, ensure_topics
@@ -613,4 +614,5 @@ def _reason_kind(reason: str) -> str:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.social_workload import BenchFeed, expected_profiles, fill_social
 from bench.spark_reads import plain_read, plain_read_topics, source_alone
+from bench.stopping import stop_cleanly_on_sigterm
 from connectors.kafka import KafkaConfig, TopicAdmin, state_topic
 from connectors.kafka.config import ClientValue
 from examples.social.views import social_views
@@ -342,4 +343,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

@@ -54,6 +54,7 @@ from confluent_kafka import Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.stopping import stop_cleanly_on_sigterm
 from connectors.kafka import KafkaConfig
 from connectors.stores import model
 from connectors.stores.base import Collection, Materializer, StoreTxn, ViewStore
@@ -725,4 +726,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()
