@@ -421,7 +421,7 @@ def _folded(collection: Any, key: Any, position: Any, fields: Any) -> Any:
 
 # -- JSON text, column-wise: the text json.dumps(..., separators=(",", ":")) writes ----------
 
-_NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
+_NEEDS_ESCAPE = r'[\x00-\x1f"\\\x7f]'  # what json.dumps escapes, besides non-ASCII
 _ISO_FROM_MS = -30_610_224_000_000  # 1000-01-01: iso_ms writes four-digit years from here
 _ISO_TO_MS = 253_402_300_800_000  # 10000-01-01
 

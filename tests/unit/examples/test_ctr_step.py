@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from examples.social.activity import ActivityPlan, generate
@@ -532,6 +532,7 @@ TEXTS = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=12)
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.one_of(st.none(), TEXTS), max_size=20))
+@example(["\x7f", "a\x7fb", "\x1f", '"', "\\", "\u00e9"])  # DEL: ASCII, yet json.dumps escapes it
 def test_strings_are_quoted_and_escaped_as_json_dumps_does(values: list[str | None]) -> None:
     got = _json_strings(np.array(values, dtype=object)).to_pylist()
     assert got == [json.dumps(v) for v in values]
