@@ -1,15 +1,20 @@
 """Reading the log at the speed of the table: streamed pages, events decoded on use, Arrow.
 
 A ``read_all`` page is one ``SELECT … ORDER BY transaction_id, position LIMIT n`` under
-the never-skip horizon of :mod:`event_store.store`, streamed in chunks (libpq's chunked
-rows mode), so PostgreSQL produces rows while the client turns earlier ones into events:
-on two cores the server and the client work at the same time instead of in turn.
+the never-skip horizon of :mod:`event_store.store`, run on libpq directly (:func:`read_page`)
+in one pipeline with ``enable_sort`` off for that statement: the plan is the index scan on
+``(transaction_id, position)`` whatever the statistics (right after a bulk append, before
+any ANALYZE, the planner could otherwise sort every row after the position, per page). Rows
+stream in chunks (libpq's chunked rows mode), so PostgreSQL produces rows while the client
+turns earlier ones into events: on two cores the server and the client work at once.
 
-Rows come in binary and are loaded by psycopg's C loaders only: the event id as its 16
-bytes, ``recorded_at`` as its integer microseconds, ``data`` and ``metadata`` as JSON text.
-Each row becomes a :class:`~event_store.event.RecordedEvent` directly (no ORM row, no
-Python loader per column), keeping id, time, JSON and position encoded until first used
-(see ``RecordedEvent``); upcasting looks only at events whose type has an upcaster.
+Rows come in binary and are loaded by psycopg's C loaders, a chunk per call, with the
+garbage collector paused (:class:`collector_paused`): the event id as its 16 bytes,
+``recorded_at`` as its integer microseconds, ``data`` and ``metadata`` as JSON text kept in
+the page (:class:`JsonPage`). Each row becomes a :class:`~event_store.event.RecordedEvent`
+directly, keeping id, time, JSON and position encoded until first used; a consumer that
+goes through a page's data decodes it a block at a time (one C scanner call per block).
+Upcasting looks only at events whose type has an upcaster.
 
 For consumers that need a few columns of many events, :func:`arrow_batch` makes one
 ``pyarrow.RecordBatch`` per page instead: an array per column, no event objects.

@@ -30,9 +30,9 @@ must see version n committed; ``append`` checks that the head's transaction id i
 than its own, which fails only when a caller wrote something else earlier in a
 transaction that began before the head was committed.
 
-**Reads** (:mod:`event_store.reading`): a ``read_all`` page is one statement streamed in
-chunks and turned into events straight from C-loaded columns, each keeping its id, time,
-JSON and position encoded until used; :meth:`EventStore.read_batches` returns the same
+**Reads** (:mod:`event_store.reading`): a ``read_all`` page is one statement, planned as
+the index scan whatever the statistics, streamed in chunks and turned into events straight
+from C-loaded columns, each keeping its id, time, JSON and position encoded until used; :meth:`EventStore.read_batches` returns the same
 rows as Arrow record batches, no Python object per event.
 """
 
