@@ -32,8 +32,9 @@ transaction that began before the head was committed.
 
 **Reads** (:mod:`event_store.reading`): a ``read_all`` page is one statement, planned as
 the index scan whatever the statistics, streamed in chunks and turned into events straight
-from C-loaded columns, each keeping its id, time, JSON and position encoded until used; :meth:`EventStore.read_batches` returns the same
-rows as Arrow record batches, no Python object per event.
+from C-loaded columns, each keeping its id, time, JSON and position encoded until used;
+:meth:`EventStore.read_batches` returns the same rows as Arrow record batches, no Python
+object per event.
 """
 
 import json
