@@ -20,16 +20,21 @@ Cases (each writer is its own process, so Python's GIL is not what is measured):
 - ``psycopg``: the one-column INSERT from Python (the floor for any Python client);
 - ``eventsourcing``: ``PostgresApplicationRecorder.insert_events`` run the same way.
 
-Reads (``--reads`` events, written once with the social domain's event shape: ~200 bytes of
-data, a command id in the metadata; the same rows in the eventsourcing library's table):
+Reads (``--reads`` events, written with the social domain's event shape: ~200 bytes of
+data, a command id in the metadata; 1,000 per append and per stream), in two tables of the
+same rows: ``analysed`` (``VACUUM ANALYZE`` after the writes) and ``fresh`` (as a bulk
+append leaves it: never analysed, its autovacuum off so that none analyses it during the
+run; the bench checks that it has no statistics at the end). Each read runs on both, and
+is printed as a ratio to the raw COPY of the same table in the same round:
 
 - ``raw COPY``: ``COPY (the read_all query) TO STDOUT (FORMAT binary)``, the bytes only;
   the speed of the table, the baseline of the reads;
 - ``read_all``: pages of 10,000 :class:`RecordedEvent` (fields decoded on use), then the
   same touching every event's ``data``;
 - ``read_batches``: Arrow record batches of four columns, no object per event;
-- ``read_all as before``: the SQLAlchemy-row implementation this one replaced;
-- ``eventsourcing``: its notification log, ``select_notifications`` in pages of 10,000.
+- on the analysed table only: ``read_all as before`` (the SQLAlchemy-row implementation
+  the fast path replaced) and ``eventsourcing``: its notification log,
+  ``select_notifications`` in pages of 10,000 (the same rows in the library's table).
 
 Needs ``pip install -e '.[bench]'`` for the eventsourcing comparison (skipped without it).
 
@@ -255,15 +260,22 @@ def read_event(n: int) -> NewEvent:
 
 
 def prepare_reads(url: str, names: dict[str, str], count: int, have_lib: bool) -> None:
-    """``count`` events in the read schema (1,000 per append, 1,000 per stream), and the
-    same in the eventsourcing library's table."""
+    """``count`` events in each read schema (1,000 per append, 1,000 per stream): the
+    fresh one never analysed, the other analysed; the same in the eventsourcing library's
+    table."""
     engine = create_engine(url)
-    store = EventStore(engine, names["read"])
+    with engine.begin() as conn:  # no autovacuum, hence no autoanalyze, on the fresh table
+        conn.execute(
+            text(f"ALTER TABLE {names['read_fresh']}.events SET (autovacuum_enabled = off)")
+        )
     batches = []
-    for b in range(0, count, 1000):
-        batch = [read_event(b + k) for k in range(min(1000, count - b))]
-        store.append(f"post-{b}", batch, 0, stream_type="post")
-        batches.append(batch)
+    for schema in (names["read"], names["read_fresh"]):
+        store = EventStore(engine, schema)
+        for b in range(0, count, 1000):
+            batch = [read_event(b + k) for k in range(min(1000, count - b))]
+            store.append(f"post-{b}", batch, 0, stream_type="post")
+            if schema == names["read"]:
+                batches.append(batch)
     with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
         conn.execute(text(f"VACUUM ANALYZE {names['read']}.events"))
     engine.dispose()
@@ -359,22 +371,56 @@ def read_case(read: Callable[[], int]) -> float:
     return count / (time.perf_counter() - began)
 
 
+#: The reads measured on each table, compared with its raw COPY.
+READS = ("read_all", "read_all, touching data", "read_batches (Arrow)")
+#: The two tables of the same rows: analysed, and as a bulk append leaves them.
+READ_TABLES = {"analysed": "read", "fresh": "read_fresh"}
+
+
 def read_runs(url: str, names: dict[str, str], have_lib: bool) -> dict[str, Callable[[], float]]:
+    import pyarrow  # noqa: F401  (imported before the clock starts, not by the first read)
+
     engine = create_engine(url, pool_size=2)
-    store = EventStore(engine, names["read"])
-    runs = {
-        "raw COPY (binary)": partial(read_case, partial(_read_raw_copy, url, names["read"])),
-        "read_all": partial(read_case, partial(_read_all, store, False)),
-        "read_all, touching data": partial(read_case, partial(_read_all, store, True)),
-        "read_batches (Arrow)": partial(read_case, partial(_read_batches, store)),
-        "read_all as before": partial(read_case, partial(_read_all_before, engine, names["read"])),
-    }
+    runs: dict[str, Callable[[], float]] = {}
+    for table, key in READ_TABLES.items():
+        store = EventStore(engine, names[key])
+        runs |= {
+            f"raw COPY (binary), {table}": partial(
+                read_case, partial(_read_raw_copy, url, names[key])
+            ),
+            f"read_all, {table}": partial(read_case, partial(_read_all, store, False)),
+            f"read_all, touching data, {table}": partial(
+                read_case, partial(_read_all, store, True)
+            ),
+            f"read_batches (Arrow), {table}": partial(read_case, partial(_read_batches, store)),
+        }
+    runs["read_all as before, analysed"] = partial(
+        read_case, partial(_read_all_before, engine, names["read"])
+    )
     if have_lib:
         recorder = eventsourcing_recorder(url, names["read_lib"])
         runs["eventsourcing notifications"] = partial(
             read_case, partial(_read_eventsourcing, recorder)
         )
     return runs
+
+
+def fresh_table_statistics(url: str, names: dict[str, str]) -> str:
+    """When the fresh table was analysed, if ever (it must not have been)."""
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT last_analyze, last_autoanalyze, "
+                "(SELECT count(*) FROM pg_stats WHERE schemaname = :s AND tablename = 'events') "
+                "FROM pg_stat_user_tables WHERE schemaname = :s AND relname = 'events'"
+            ),
+            {"s": names["read_fresh"]},
+        ).one()
+    engine.dispose()
+    if row[0] is None and row[1] is None and row[2] == 0:
+        return "never analysed, no statistics (as right after a bulk append)"
+    return f"ANALYSED during the run ({row[0] or row[1]}, {row[2]} column statistics)"
 
 
 # -- pgbench ----------------------------------------------------------------------------
@@ -461,11 +507,12 @@ def prepare(url: str, tag: str) -> dict[str, str]:
         "pgbench": f"bench_pgbench_{tag}",
         "pgbench_events": f"bench_pgbench_es_{tag}",
         "read": f"bench_read_{tag}",
+        "read_fresh": f"bench_read_fresh_{tag}",
         "read_lib": f"bench_readlib_{tag}",
     }
     engine = create_engine(url)
     with engine.begin() as conn:
-        for key in ("store", "noorder", "bus", "pgbench_events", "read"):
+        for key in ("store", "noorder", "bus", "pgbench_events", "read", "read_fresh"):
             create_schema(conn, names[key])
         n = names["noorder"]
         conn.execute(text(f"DROP INDEX {n}.events_transaction_position_idx"))
@@ -490,7 +537,8 @@ def prepare(url: str, tag: str) -> dict[str, str]:
 def cleanup(url: str, names: dict[str, str]) -> None:
     engine = create_engine(url)
     with engine.begin() as conn:
-        for key in ("store", "noorder", "bus", "es_lib", "pgbench_events", "read", "read_lib"):
+        keys = ("store", "noorder", "bus", "es_lib", "pgbench_events", "read", "read_fresh")
+        for key in (*keys, "read_lib"):
             drop_schema(conn, names[key])
         drop_schema(conn, names["bus"] + "_users")
         conn.execute(text(f"DROP TABLE IF EXISTS public.{names['pgbench']}"))
@@ -622,16 +670,24 @@ def report(
     ratio("append 1/cmd, 4 writers", "no-order 1/cmd, 4 writers", "  (cost of read_all ordering)")
     ratio("append 1000/append, 1 writer", "no-order 1000/append, 1 writer", "  (cost of ordering)")
     ratio("lock 1/cmd, 4 writers", "append 1/cmd, 4 writers", "  (a global lock instead)")
-    copy = "raw COPY (binary)"
-    for read in ("read_all", "read_all, touching data", "read_batches (Arrow)"):
-        ratio(read, copy, "  (aim >= 0.5)" if read == "read_all" else "")
-    ratio("read_all as before", copy)
-    ratio("read_all", "read_all as before")
-    ratio("read_all", "eventsourcing notifications")
-    ratio("read_all, touching data", "eventsourcing notifications")
-    ratio("read_batches (Arrow)", "eventsourcing notifications")
-    if "read_all" in rate:
-        print(f"  read_all: {rate['read_all']:,.0f} events/s (aim >= 400,000)")
+    aims = {"read_all": "", "read_all, touching data": ">= 0.5", "read_batches (Arrow)": ">= 0.8"}
+    for table in READ_TABLES:
+        copy = f"raw COPY (binary), {table}"
+        for read in READS:
+            aim = aims[read]
+            ratio(f"{read}, {table}", copy, f"  (aim {aim})" if aim else "")
+    ratio("read_all as before, analysed", "raw COPY (binary), analysed")
+    ratio("read_all, analysed", "read_all as before, analysed")
+    ratio("read_all, fresh", "read_all, analysed", "  (fresh table / analysed table)")
+    ratio("read_all, analysed", "eventsourcing notifications")
+    ratio("read_all, touching data, analysed", "eventsourcing notifications")
+    ratio("read_batches (Arrow), analysed", "eventsourcing notifications")
+    for table in READ_TABLES:
+        if f"read_all, {table}" in rate:
+            got = rate[f"read_all, {table}"]
+            print(f"  read_all, {table}: {got:,.0f} events/s (aim >= 400,000)")
+    if "read_all, fresh" in rate:
+        print(f"  the fresh table at the end: {fresh_table_statistics(url, names)}")
     for ours, theirs in [
         ("append 1/cmd, 1 writer", "eventsourcing 1/cmd, 1 writer"),
         ("append 1/cmd, 4 writers", "eventsourcing 1/cmd, 4 writers"),

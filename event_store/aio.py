@@ -119,18 +119,28 @@ class AsyncEventStore:
         self, after: Position | None = None, limit: int = 1000
     ) -> list[RecordedEvent]:
         """As :meth:`EventStore.read_all`: never skips an event that commits later."""
-        return await self._events(self._queries.read_all, page_params(after, limit))
+        return await self._events(self._queries.read_all, page_params(after, limit), True)
 
-    async def _events(self, statement: str, params: dict[str, Any]) -> list[RecordedEvent]:
-        """The events of a ``reading.SELECT_EVENT`` statement, built as the sync store does."""
+    async def _events(
+        self, statement: str, params: dict[str, Any], in_index_order: bool = False
+    ) -> list[RecordedEvent]:
+        """The events of a ``reading.SELECT_EVENT`` statement, built as the sync store does;
+        ``in_index_order``: a ``read_all`` page, planned without sorts (``reading._NO_SORT``),
+        in a transaction of its own (one pipeline: one round trip)."""
         try:
             async with (
                 self._pool.connection() as conn,
                 conn.cursor(binary=True, row_factory=event_rows) as cursor,
             ):
                 raw_loaders(cursor)
-                await cursor.execute(statement, params)
-                events = await cursor.fetchall()
+                if in_index_order:
+                    async with conn.pipeline(), conn.transaction():
+                        await cursor.execute("SET LOCAL enable_sort = off")
+                        await cursor.execute(statement, params)
+                        events = await cursor.fetchall()
+                else:
+                    await cursor.execute(statement, params)
+                    events = await cursor.fetchall()
         except psycopg.errors.UndefinedTable as exc:
             raise SchemaMissingError(
                 f"{self.schema}.events does not exist: create it with event_store.create_schema",

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 JsonObject = dict[str, Any]
 
@@ -130,24 +130,17 @@ class RecordedEvent:
         "position",
     )
 
-    if not TYPE_CHECKING:  # mypy keeps checking attribute names against the fields
-
-        def __getattr__(self, name: str) -> Any:
-            # Only called for a field a bulk read left encoded (see ENCODED); decoded once.
-            encoded = ENCODED.get(name)
-            state = self.__dict__
-            if encoded is None or encoded not in state:
-                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-            if name == "position":
-                value = Position(state["_transaction_id"], state["_sequence"])
-            elif name == "event_id":
-                value = uuid.UUID(bytes=state[encoded])
-            elif name == "recorded_at":
-                value = POSTGRES_EPOCH + timedelta(microseconds=state[encoded])
-            else:
-                value = json.loads(state[encoded])
-            state[name] = value
-            return value
+    def __getstate__(self) -> dict[str, Any]:
+        """Its state, fields a read left encoded staying encoded (a page's JSON texts taken
+        out of the page: pickling one event does not carry its page)."""
+        state = dict(self.__dict__)
+        page = state.pop("_page", None)
+        if page is not None:
+            index = state.pop("_i")
+            for name in ("data", "metadata"):
+                if name not in state:
+                    state[ENCODED[name]] = page.text(name, index)
+        return state
 
     @classmethod
     def from_columns(cls, values: Sequence[Any]) -> "RecordedEvent":
@@ -192,6 +185,66 @@ ENCODED = {
 
 #: PostgreSQL's binary timestamps count microseconds from here.
 POSTGRES_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+
+#: One JSON value from the start of a string (json's C scanner, without ``json.loads``'s
+#: Python layers; jsonb's text has no surrounding blanks).
+scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+class _Encoded:
+    """A field a read may leave encoded: looked up only when the event's ``__dict__`` does
+    not hold it yet (a non-data descriptor, set on the class after ``@dataclass``), then
+    decoded once and kept in the ``__dict__``."""
+
+    __slots__ = ("key", "name")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.key = ENCODED[name]
+
+    def __get__(self, event: Any, owner: Any = None) -> Any:
+        if event is None:
+            raise AttributeError(f"type object {owner.__name__!r} has no attribute {self.name!r}")
+        state = event.__dict__
+        if self.key not in state:
+            raise AttributeError(f"{type(event).__name__!r} object has no attribute {self.name!r}")
+        name = self.name
+        if name == "position":
+            value: Any = Position(state["_transaction_id"], state["_sequence"])
+        elif name == "event_id":
+            value = uuid.UUID(bytes=state["_event_id"])
+        else:  # recorded_at
+            value = POSTGRES_EPOCH + timedelta(microseconds=state["_recorded_at"])
+        state[name] = value
+        return value
+
+
+class _EncodedJson(_Encoded):
+    """``data`` or ``metadata``: from the event's own JSON text (``_data``, ``_metadata``)
+    or from its page (``_page``, ``_i``: a ``reading.JsonPage`` decodes its events' texts a
+    block at a time, one scanner call per block)."""
+
+    __slots__ = ()
+
+    def __get__(self, event: Any, owner: Any = None) -> Any:
+        if event is None:
+            raise AttributeError(f"type object {owner.__name__!r} has no attribute {self.name!r}")
+        state = event.__dict__
+        page = state.get("_page")
+        if page is not None:
+            value = page.value(self.name, state["_i"])
+        elif self.key in state:
+            value = scan_json(state[self.key], 0)[0]
+        else:
+            raise AttributeError(f"{type(event).__name__!r} object has no attribute {self.name!r}")
+        state[self.name] = value
+        return value
+
+
+for _name in ENCODED:
+    setattr(
+        RecordedEvent, _name, (_EncodedJson if _name in ("data", "metadata") else _Encoded)(_name)
+    )
 
 
 class EventRegistry:

@@ -30,10 +30,11 @@ must see version n committed; ``append`` checks that the head's transaction id i
 than its own, which fails only when a caller wrote something else earlier in a
 transaction that began before the head was committed.
 
-**Reads** (:mod:`event_store.reading`): a ``read_all`` page is one statement streamed in
-chunks and turned into events straight from C-loaded columns, each keeping its id, time,
-JSON and position encoded until used; :meth:`EventStore.read_batches` returns the same
-rows as Arrow record batches, no Python object per event.
+**Reads** (:mod:`event_store.reading`): a ``read_all`` page is one statement, planned as
+the index scan whatever the statistics, streamed in chunks and turned into events straight
+from C-loaded columns, each keeping its id, time, JSON and position encoded until used;
+:meth:`EventStore.read_batches` returns the same rows as Arrow record batches, no Python
+object per event.
 """
 
 import json
@@ -56,12 +57,14 @@ from event_store.event import NewEvent, Position, RecordedEvent
 from event_store.prepared import Statement, StatementsLost, int8
 from event_store.reading import (
     EventQueries,
+    JsonPage,
     arrow_batch,
     check_columns,
     fetch_events,
-    fetch_rows,
     last_position,
     page_params,
+    page_rows,
+    read_page,
     selected_columns,
     stream_params,
     upcast_all,
@@ -385,8 +388,9 @@ class EventStore:
         never skips an event that commits later. One statement, streamed in chunks; each
         event keeps its id, JSON and position encoded until first used (``RecordedEvent``).
         """
+        params = page_params(after, limit)
         with self._reading(connection) as driver:
-            events = fetch_events(driver, self._queries.read_all, page_params(after, limit))
+            events = read_page(driver, self._queries.read_all, params, page_rows(JsonPage()))
         return upcast_all(events, self.upcasters)
 
     def iter_all(
@@ -429,7 +433,7 @@ class EventStore:
         statement = self._queries.bulk(selected)
         while True:
             with self._reading(connection) as driver:
-                rows = fetch_rows(driver, statement, page_params(after, batch_size))
+                rows = read_page(driver, statement, page_params(after, batch_size), tuple)
             if rows:
                 yield arrow_batch(rows, selected, names, self.upcasters)
             if len(rows) < batch_size:

@@ -96,3 +96,38 @@ def test_bulk_columns_are_checked_and_upcasting_selects_what_it_needs() -> None:
     assert selected_columns(("stream_id",), upcasters) == ("stream_id",)
     assert selected_columns(("data",), upcasters) == ("data", "event_type", "schema_version")
     assert selected_columns(("data",), None) == ("data",)
+
+
+def _page_events(count: int) -> list[RecordedEvent]:
+    from event_store.reading import JsonPage, page_rows
+
+    make = page_rows(JsonPage())
+    events = []
+    for n in range(count):
+        row = list(_row())
+        row[6] = f'{{"n": {n}, "tags": ["a"]}}'
+        row[10] = n
+        events.append(make(row))
+    return events
+
+
+def test_a_page_decodes_its_json_alone_or_ahead_in_a_scan_and_each_event_once() -> None:
+    from event_store import reading
+
+    events = _page_events(reading.JSON_BLOCK + 10)
+    assert events[5].data == {"n": 5, "tags": ["a"]}  # alone: the others stay encoded
+    page = vars(events[5])["_page"]
+    assert [v is reading._UNDECODED for v in page._values["data"]].count(False) == 1
+    assert [e.data["n"] for e in events] == list(range(len(events)))  # a scan
+    assert all(e.data is e.data for e in events)
+    assert events[3] == dataclasses.replace(
+        _eager(), data={"n": 3, "tags": ["a"]}, position=Position(1234, 3)
+    )
+    assert events[7].metadata == {"command_id": "c-1"}
+
+
+def test_an_event_of_a_page_pickles_without_its_page() -> None:
+    events = _page_events(3)
+    copied = pickle.loads(pickle.dumps(events[1]))
+    assert "_page" not in vars(copied) and copied == events[1]
+    assert len(pickle.dumps(events[1])) < 600
