@@ -147,8 +147,8 @@ def committed_records(view: View, collection: str) -> list[tuple[str, bytes | No
     from connectors.stores.kafka_ledger import RangeReader, in_ranges, read_ranges
 
     [store] = [s for s in view.also if isinstance(s, KafkaStore)]
-    with store._lock:
-        record = store._current().live()
+    with store.lock:
+        record = store.current().live()
     assert record is not None
     topic = store.topic(collection)
     ranges = {(topic, p): (0, end) for p, end in record.bounds.get(topic, {}).items()}
