@@ -114,7 +114,7 @@ def command(
         fail(f"--data is not JSON: {exc}")
     if not isinstance(parsed, dict):
         fail("--data must be a JSON object")
-    s = settings()
+    s = settings(light=True)
     try:
         registry: CommandRegistry | None = load_registry(s.command_handlers)[0]
     except TributaryError:

@@ -58,7 +58,7 @@ def query(
     from infra.views import views_config
     from spark_streaming.views import configured_views
 
-    s = settings()
+    s = settings(light=True)
     try:
         views = list(configured_views(views_config(s)).values())
         entry = view_queries.find_query(view_queries.declared_queries(views), name)

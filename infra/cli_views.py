@@ -198,7 +198,7 @@ def views_command(as_json: JsonFlag = False) -> None:
     from rich.table import Table
 
     try:
-        statuses = views_status(settings())
+        statuses = views_status(settings(light=True))
     except TributaryError as exc:
         fail(exc)
     if as_json:

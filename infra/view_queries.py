@@ -14,7 +14,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from connectors.errors import StoreError
 from connectors.schema_registry.errors import RegistryUnavailableError
@@ -25,9 +25,11 @@ from infra.errors import (
     ReadYourWritesUnavailableError,
     UnknownQueryError,
 )
-from infra.settings import Settings
 from projections.view import Query, QueryParam, View
 from tributary.redact import redact, registered_secrets
+
+if TYPE_CHECKING:
+    from infra.settings import Settings
 
 # Parameters every query route takes besides its own, and paths the HTTP API keeps for itself.
 MIN_POSITION = "min_position"
@@ -261,7 +263,7 @@ class Waiter(Protocol):
     def wait(self, token: str, timeout: float) -> None: ...
 
 
-def default_waiter(views: Sequence[View], settings: Settings) -> Waiter:
+def default_waiter(views: Sequence[View], settings: "Settings") -> Waiter:
     """The views' ``ViewWaiter`` over the event store of the settings."""
     from spark_streaming.read_your_writes import ViewWaiter
 

@@ -2,16 +2,19 @@
 read-your-writes waiter over the configured views."""
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from infra.settings import Settings
-from projections.view import View
-from spark_streaming.read_your_writes import ViewWaiter
 from spark_streaming.views import ViewsConfig, configured_views
+
+if TYPE_CHECKING:  # pydantic's settings and the waiter's driver: not for `tributary views`
+    from infra.settings import Settings
+    from projections.view import View
+    from spark_streaming.read_your_writes import ViewWaiter
 
 __all__ = ["view_waiter", "views_config"]
 
 
-def views_config(s: Settings) -> ViewsConfig:
+def views_config(s: "Settings") -> ViewsConfig:
     """The view jobs' configuration from the settings."""
     return ViewsConfig(
         kafka=s.kafka("tributary-views"),
@@ -39,8 +42,10 @@ def views_config(s: Settings) -> ViewsConfig:
     )
 
 
-def view_waiter(s: Settings, views: Sequence[View] | None = None) -> ViewWaiter:
+def view_waiter(s: "Settings", views: "Sequence[View] | None" = None) -> "ViewWaiter":
     """A waiter over ``views`` (default: the configured views, mirrors and factories)."""
+    from spark_streaming.read_your_writes import ViewWaiter
+
     if views is None:
         views = list(configured_views(views_config(s)).values())
     return ViewWaiter(views, s.postgres().dsn, s.event_store_schema, s.event_topic_prefix)

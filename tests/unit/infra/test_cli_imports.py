@@ -93,9 +93,21 @@ def test_status_of_a_stack_that_is_down_imports_no_driver(args: list[str], tmp_p
 
 @pytest.mark.parametrize("args", [["query", "nosuch"]])
 def test_query_imports_no_spark_nor_web_framework(args: list[str], tmp_path: Path) -> None:
+    """Nor pydantic's settings (light ones) nor typer's adapters: its string arguments are
+    coerced as infra.cli_app._PlainParam does. (pydantic itself comes with the example
+    domain's events, which the configured views import.)"""
     modules = imported_by(args, tmp_path)
     assert "spark_streaming.views" in modules  # it built the configured views
-    assert loaded(modules, [*NEVER, "sqlalchemy"]) == []
+    assert "infra.settings_light" in modules
+    assert loaded(modules, [*NEVER, "sqlalchemy", *STATUS[:2], "typer._adapters"]) == []
+
+
+def test_command_parses_its_arguments_without_pydantic(tmp_path: Path) -> None:
+    """`tributary command TYPE --data ...`: a string argument and options, none through
+    typer's pydantic adapters (bad JSON: it stops before the settings and the broker)."""
+    modules = imported_by(["command", "CreatePost", "--data", "{"], tmp_path)
+    assert "infra.cli_events" in modules
+    assert loaded(modules, [*NEVER, *HELP]) == []
 
 
 def test_command_routes_without_the_event_store_driver(tmp_path: Path) -> None:
