@@ -67,6 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from bench.stopping import stop_cleanly_on_sigterm
 from event_store import (
     CommandBus,
     EventStore,
@@ -698,4 +699,5 @@ def report(
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()

@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.stopping import stop_cleanly_on_sigterm
 from infra.stack import LocalStack
 from infra.stack.isolated import isolated_settings, settings_env
 
@@ -132,4 +133,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     main()
