@@ -2,7 +2,11 @@
 with its warm views standby), commands through the ``commands`` topic and users by SQL the
 whole time; the command processor is killed, then the views process that holds the views'
 leases. The replacements answer commands and bring every view current within seconds, and at
-the end every view equals the source of truth and every command has exactly one result.
+the end every view equals the source of truth and every command has exactly one result. Then
+the HTTP API on the live views: a command, and reads that wait for its position token.
+
+The killed views process dies mid-batch (the load never stops), so its replacement also proves
+that each store resumes from what it holds: nothing lost, nothing applied twice.
 """
 
 import os
@@ -17,12 +21,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from fastapi.testclient import TestClient
 
 from connectors.kafka import KafkaConfig
 from event_store.command_topic import CommandClient, ensure_topics
 from examples.social.views.reference import expected_profiles, expected_search, expected_timelines
 from infra.command_results import Results
 from infra.commands import command_topics, load_registry
+from infra.http_api import create_app
 from infra.polling import Deadline, poll_until
 from infra.views import views_config
 from spark_streaming.views import configured_views
@@ -249,9 +255,46 @@ def test_commands_and_views_take_over_within_seconds_of_a_kill_9(world: World, u
             )
 
         poll_until(converged, budget.left(240), "the views to equal the source of truth", 1)
+        http_reads_wait_for_the_commands_position(settings, list(views.values()), world.dsn, budget)
     finally:
         stop.set()
         if writer.is_alive():
             writer.join(60)
         results.halt.set()
         run.stop()
+
+
+def http_reads_wait_for_the_commands_position(
+    settings: Any, views: list[Any], dsn: str, budget: Deadline
+) -> None:
+    """The HTTP API on the live views: a command, then reads that wait for it (min_position)."""
+    app = create_app(settings, views=views)
+    with TestClient(app) as client:
+        truth = source_of_truth(dsn)
+        author = PROBE_AUTHOR
+        follower = PROBE_FOLLOWER  # follows the author since the warm-up
+        done = client.post(
+            "/commands",
+            json={
+                "type": "CreatePost",
+                "data": {"post_id": 2 * 10**6, "author_id": author, "text": "zqxyz #http"},
+            },
+        )
+        assert done.status_code == 200 and done.json()["status"] == "accepted", done.text
+        token = done.json()["position_token"]
+        hits = client.get(
+            "/search", params={"q": "zqxyz", "min_position": token, "timeout": budget.left(60)}
+        )
+        assert hits.status_code == 200 and [h["post_id"] for h in hits.json()] == [2 * 10**6]
+        assert hits.json()[0]["author_handle"] == truth.users[author]["handle"]
+        profile = client.get(
+            f"/profile/{author}", params={"min_position": token, "timeout": budget.left(60)}
+        )
+        assert profile.json()["posts"] == expected_profiles(truth)[author]["posts"] + 1
+        timeline = client.get(
+            f"/timeline/{follower}", params={"min_position": token, "timeout": budget.left(60)}
+        )
+        assert timeline.json()[0]["post_id"] == 2 * 10**6
+        bad = client.post("/commands", json={"type": "CreatePost", "data": {"post_id": "x"}})
+        assert bad.status_code == 422
+        assert client.get("/health").status_code == 200
