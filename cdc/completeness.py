@@ -37,7 +37,7 @@ from confluent_kafka import Producer
 from psycopg import sql
 
 from cdc.checked import CheckedTopics, Checkpoint
-from cdc.outbox import EventOutbox, event_topic
+from cdc.outbox import EventOutbox
 from cdc.published import PublishedStreams
 from cdc.publisher import (
     LSN_HEADER,
@@ -55,6 +55,7 @@ from connectors.kafka.reading import Record, read_tail
 from connectors.postgres import PostgresConfig, table_columns
 from connectors.schema_registry.client import RegistryClient
 from connectors.stores.pg_tables import TypedColumn
+from event_store.outbox import OUTBOX_TABLE, event_topic
 
 SIGNAL_LIMIT = 2000  # characters of a signal's data (the signal table's column is 2048)
 SAMPLE = 20  # keys listed per problem in a report
@@ -389,7 +390,7 @@ def compare_events(
     with psycopg.connect(db.dsn) as conn:
         rows = conn.execute(
             sql.SQL("SELECT event_id::text, stream_type, stream_id, version FROM {}").format(
-                sql.Identifier(schema, "events")
+                sql.Identifier(schema, OUTBOX_TABLE)
             )
         ).fetchall()
     stored = {str(r[0]): (str(r[1]), str(r[2]), int(r[3])) for r in rows}
@@ -438,7 +439,7 @@ def republish_events(
                 " position, recorded_at, data, metadata, schema_id, payload FROM {}"
                 " WHERE stream_id = ANY(%s)"
                 " ORDER BY stream_id, version"
-            ).format(sql.Identifier(schema, "events")),
+            ).format(sql.Identifier(schema, OUTBOX_TABLE)),
             (sorted({s for s, _ in wanted}),),
         ).fetchall()
     if registry_url is None:

@@ -18,7 +18,6 @@ from typing import Literal
 from cdc.errors import ConnectorFailedError
 from cdc.handler import PublishingHandler
 from cdc.jvm_publisher import JvmPublisher, compiled_classes, java_properties
-from cdc.outbox import EVENT_TOPIC_PREFIX
 from cdc.published import PublishedStreams
 from cdc.publisher import ChangePublisher
 from cdc.routing import ChangeRouter
@@ -29,6 +28,7 @@ from connectors.debezium import DebeziumPostgresConfig
 from connectors.kafka.config import KafkaConfig
 from connectors.kafka.topics import TopicSpec, history_topic, state_topic
 from connectors.schema_registry.client import RegistryClient
+from event_store.outbox import EVENT_TOPIC_PREFIX
 from tributary.redact import redact
 
 log = logging.getLogger(__name__)

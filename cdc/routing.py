@@ -4,9 +4,10 @@ import json
 from typing import Any
 
 from cdc.errors import PublishError
-from cdc.outbox import EVENT_TOPIC_PREFIX, EventOutbox, OutboxRegistry
+from cdc.outbox import EventOutbox
 from cdc.publisher import LSN_HEADER, TXID_HEADER, HeaderList, OutgoingChange
 from connectors.changes import position_of
+from event_store.outbox import EVENT_TOPIC_PREFIX, OutboxRegistry
 
 
 def source_position(value: str) -> tuple[bytes, bytes | None]:
