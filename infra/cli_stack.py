@@ -17,12 +17,22 @@ if TYPE_CHECKING:
 
 
 @app.command()
-def up() -> None:
-    """Start the local stack (PostgreSQL, object store + broker, Redis, schema registry);
-    idempotent."""
+def up(
+    spark_workers: Annotated[
+        int | None,
+        typer.Option(
+            "--spark-workers",
+            min=0,
+            help="Also run a Spark standalone master with N workers (0: none); the view and"
+            " analytics jobs then run on it. Kept for later `up`s until changed.",
+        ),
+    ] = None,
+) -> None:
+    """Start the local stack (PostgreSQL, object store + broker, Redis, schema registry, and a
+    Spark cluster if asked); idempotent."""
     from infra.stack import LocalStack
 
-    stack = LocalStack(settings())
+    stack = LocalStack(settings(), spark_workers=spark_workers)
     started = time.monotonic()
     try:
         statuses = stack.up()

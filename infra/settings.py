@@ -90,7 +90,22 @@ class Settings(SettingsMethods, BaseSettings):
         " serving side (HTTP API, tributary query) reads the views' tables through (default:"
         " the main URL).",
     )
-    spark_master: str = Field("local[2]", description="Spark master URL.")
+    spark_master: str = Field(
+        "auto",
+        description="Spark master URL of the view and analytics jobs (e.g. spark://host:7077)."
+        " `auto`: the local stack's Spark cluster when `tributary up --spark-workers N` started"
+        " one, else `local[2]` (Spark in the jobs' own process).",
+    )
+    spark_master_port: int = Field(17077, description="Port of the local stack's Spark master.")
+    spark_master_ui_port: int = Field(
+        17080, description="Web UI (and JSON state) port of the local stack's Spark master."
+    )
+    spark_worker_cores: int = Field(
+        1, ge=1, description="Cores of each Spark worker `tributary up --spark-workers` starts."
+    )
+    spark_worker_memory: str = Field(
+        "1g", description="Memory of each Spark worker `tributary up --spark-workers` starts."
+    )
 
     postgres_wal_budget_mb: int = Field(
         2048,

@@ -4,6 +4,7 @@ read-your-writes waiter over the configured views."""
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from infra.stack.spark import resolve_master
 from spark_streaming.views import ViewsConfig, configured_views
 
 if TYPE_CHECKING:  # pydantic's settings and the waiter's driver: not for `tributary views`
@@ -28,7 +29,9 @@ def views_config(s: "Settings") -> ViewsConfig:
         max_offsets_per_trigger=s.view_max_offsets_per_trigger,
         replay_max_offsets_per_trigger=s.view_replay_max_offsets_per_trigger,
         trigger_interval_s=s.view_trigger_interval_s,
-        spark_master=s.spark_master,
+        spark_master=resolve_master(
+            s.spark_master, s.home, s.spark_master_port, s.spark_master_ui_port
+        ),
         redis_url=s.cache_url,
         index_root=(s.index_dir or s.home / "indexes").resolve(),
         view_factories=tuple(f.strip() for f in s.views.split(",") if f.strip()),

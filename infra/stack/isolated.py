@@ -12,8 +12,9 @@ from infra.stack.process import port_is_free
 
 __all__ = ["STACK_PORTS", "free_port_block", "isolated_settings", "settings_env"]
 
-# postgres, redis, broker, s3, 7 internal object-store ports, registry; the parts' metrics
-STACK_PORTS = 16
+# postgres, redis, broker, s3, 7 internal object-store ports, registry; the parts' metrics;
+# a Spark master, its UI and up to 4 workers (master + 10 + index)
+STACK_PORTS = 30
 
 
 def free_port_block(size: int, low: int = 20000, high: int = 32768) -> int:
@@ -47,6 +48,8 @@ def isolated_settings(prefix: str = "tributary-test-", **overrides: object) -> S
         "commands_metrics_port": base + 13,
         "views_metrics_port": base + 14,
         "views_standby_metrics_port": base + 15,
+        "spark_master_port": base + 16,  # its workers: + 10 + index (up to 4 workers)
+        "spark_master_ui_port": base + 17,
         "kafka_bootstrap_servers": None,
         "postgres_url": None,
         "redis_url": None,
@@ -72,4 +75,6 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "TRIBUTARY_COMMANDS_METRICS_PORT": str(settings.commands_metrics_port),
         "TRIBUTARY_VIEWS_METRICS_PORT": str(settings.views_metrics_port),
         "TRIBUTARY_VIEWS_STANDBY_METRICS_PORT": str(settings.views_standby_metrics_port),
+        "TRIBUTARY_SPARK_MASTER_PORT": str(settings.spark_master_port),
+        "TRIBUTARY_SPARK_MASTER_UI_PORT": str(settings.spark_master_ui_port),
     }

@@ -17,6 +17,7 @@ from infra.stack.process import port_is_free
 from infra.stack.registry import NAME as REGISTRY
 from infra.stack.registry import SchemaRegistryService, registry_answers
 from infra.stack.service import Service
+from infra.stack.spark import SparkMasterService, SparkWorkerService
 from tributary.redact import redact_url
 
 if TYPE_CHECKING:  # `tributary status` loads the light settings: pydantic is not imported
@@ -35,9 +36,13 @@ class ComponentStatus:
 
 
 class LocalStack:
-    """The stack's services, in start order. Every operation is idempotent."""
+    """The stack's services, in start order. Every operation is idempotent.
 
-    def __init__(self, settings: "Settings") -> None:
+    ``spark_workers``: run a Spark standalone master with that many workers (0: none); the
+    count is kept in the state folder, so later commands (``status``, ``down``, ``up``) run
+    the same cluster. None: as the last ``up --spark-workers`` asked."""
+
+    def __init__(self, settings: "Settings", spark_workers: int | None = None) -> None:
         self.settings = settings
         self.home = settings.home.resolve()
         self.postgres = PostgresService(
@@ -67,6 +72,26 @@ class LocalStack:
             if settings.schema_registry_url is None
             else None
         )
+        self.spark_master = SparkMasterService(
+            self.home, settings.spark_master_port, settings.spark_master_ui_port
+        )
+        self._spark_workers = spark_workers
+        count = self.spark_master.recorded_workers() if spark_workers is None else spark_workers
+        self.spark_workers = [
+            SparkWorkerService(
+                self.home,
+                i,
+                self.spark_master,
+                settings.spark_worker_cores,
+                settings.spark_worker_memory,
+            )
+            for i in range(count)
+        ]
+
+    @property
+    def spark(self) -> list[Service]:
+        """The Spark cluster's services (master first), if the stack runs one."""
+        return [self.spark_master, *self.spark_workers] if self.spark_workers else []
 
     @property
     def services(self) -> list[Service]:
@@ -74,7 +99,8 @@ class LocalStack:
         memory needs no object store."""
         store = [] if self.broker.in_memory else [self.objectstore]
         own: list[Service] = [self.postgres, self.redis, *store, self.broker]
-        return own if self.registry is None else [*own, self.registry]
+        registry = [] if self.registry is None else [self.registry]
+        return [*own, *registry, *self.spark]
 
     def service(self, name: str) -> Service:
         for svc in self.services:
@@ -96,7 +122,11 @@ class LocalStack:
 
     def up(self, names: Iterable[str] | None = None) -> list[ComponentStatus]:
         """Start whatever is not running; check every port and binary before starting any."""
+        if self._spark_workers is not None:
+            self._resize_spark(self._spark_workers)
         wanted = self.services if names is None else [self.service(n) for n in names]
+        if any(w in wanted for w in self.spark_workers) and self.spark_master not in wanted:
+            wanted.insert(0, self.spark_master)
         if self.registry in wanted and self.broker not in wanted:
             wanted.insert(wanted.index(self.registry), self.broker)
         if self.broker in wanted and not self.broker.in_memory and self.objectstore not in wanted:
@@ -107,7 +137,12 @@ class LocalStack:
         started: list[Service] = []
         try:
             after_broker: list[Service] = [s for s in todo if s is self.registry]
-            first = [s for s in todo if s is not self.broker and s not in after_broker]
+            cluster = [s for s in todo if s in self.spark]
+            first = [
+                s
+                for s in todo
+                if s is not self.broker and s not in after_broker and s not in cluster
+            ]
             procs = {svc.name: svc.start() for svc in first}
             started += first
             with ThreadPoolExecutor(max_workers=max(1, len(first))) as pool:
@@ -125,11 +160,33 @@ class LocalStack:
                 proc = late.start()
                 started.append(late)
                 late.wait_ready(proc, self.settings.start_timeout_s)
+            if self.spark_master in cluster:  # the workers register with it
+                proc = self.spark_master.start()
+                started.append(self.spark_master)
+                self.spark_master.wait_ready(proc, self.settings.start_timeout_s)
+            workers = [s for s in cluster if s is not self.spark_master]
+            procs = {svc.name: svc.start() for svc in workers}
+            started += workers
+            for svc in workers:
+                svc.wait_ready(procs[svc.name], self.settings.start_timeout_s)
         except BaseException:
             for svc in reversed(started):
                 svc.stop()
             raise
         return self.status()
+
+    def _resize_spark(self, count: int) -> None:
+        """Keep ``count`` workers: stop the ones beyond it (and the master, for 0)."""
+        running = sorted(self.home.glob("run/spark-worker-*.pid"))
+        for pidfile in running:
+            index = int(pidfile.stem.rsplit("-", 1)[1])
+            if index >= count:
+                SparkWorkerService(
+                    self.home, index, self.spark_master, 1, self.settings.spark_worker_memory
+                ).stop()
+        if count == 0:
+            self.spark_master.stop()
+        self.spark_master.record_workers(count)
 
     def _preflight(self, todo: list[Service]) -> None:
         for svc in todo:
