@@ -28,15 +28,15 @@ and ``swap_in`` / ``discard`` are Lua scripts, so a reader sees a generation bef
 swap, never half.
 """
 
+from __future__ import annotations
+
 import json
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped]
 import redis
 from redis.typing import EncodableT, FieldT
 
@@ -55,6 +55,9 @@ from connectors.stores.model import (
 )
 from connectors.stores.protocol import BatchUnit, BatchWriter
 from connectors.stores.writes import NONE, WriteColumns, entry_objects, guard
+
+if TYPE_CHECKING:  # the writer's, with its first batch: not for a store's readers
+    import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +111,7 @@ class KeyNames:
     @classmethod
     def build(
         cls, view: str, collections: Iterable[str], key_format: Mapping[str, str] | None = None
-    ) -> "KeyNames":
+    ) -> KeyNames:
         """Names of ``view``'s collections; refuses names that could be read two ways."""
         if not view or ":" in view or "@" in view:
             raise StoreError(f"view name {view!r} must be non-empty, without ':' or '@' (Redis)")
@@ -423,7 +426,7 @@ class RedisStore:
 
     def writer(
         self, generation: str, *, live: bool, hooks: CommitHooks | None = None
-    ) -> "RedisWriter":
+    ) -> RedisWriter:
         return RedisWriter(self, generation, live=live, hooks=hooks or CommitHooks())
 
     def prepare(self, generation: str) -> None:
@@ -599,7 +602,7 @@ class _Plan:
             self.index_add.setdefault(names.physical(logical, shadow), []).append(key)
             self.members_add.add(logical)
 
-    def queue(self, pipe: "redis.client.Pipeline", store: "RedisStore", members: str) -> None:
+    def queue(self, pipe: redis.client.Pipeline, store: RedisStore, members: str) -> None:
         for entries in self.hashes:
             payload = json.dumps(entries, ensure_ascii=False, separators=(",", ":"))
             store._put(args=[payload], client=pipe)
@@ -650,7 +653,7 @@ class RedisWriter(BatchWriter):
         """Nothing is held between batches (the store's client pools the connections)."""
 
     @contextmanager
-    def unit(self, batch: Batch) -> Iterator["RedisUnit"]:
+    def unit(self, batch: Batch) -> Iterator[RedisUnit]:
         """WATCH the ledger and the live pointer; MULTI/EXEC at the commit."""
         store = self.store
         with store.errors(f"batch {batch.batch_id}"), store.client.pipeline() as pipe:
@@ -661,7 +664,7 @@ class RedisWriter(BatchWriter):
 class RedisUnit(BatchUnit):
     """One batch's WATCH ... MULTI/EXEC on Redis."""
 
-    def __init__(self, writer: RedisWriter, pipe: "redis.client.Pipeline", batch: Batch) -> None:
+    def __init__(self, writer: RedisWriter, pipe: redis.client.Pipeline, batch: Batch) -> None:
         self.writer = writer
         self.store = writer.store
         self.names = writer.store.names
@@ -695,6 +698,8 @@ class RedisUnit(BatchUnit):
     def _read(self, writes: WriteColumns, texts: bool) -> _Stored:
         """The stored positions, counts and tombstones of the batch's keys (and, for
         ``texts`` or collections with lookups, the entries' JSON) in one round trip."""
+        import numpy as np
+
         names, shadow, store = self.names, self.shadow, self.store
         pipe = store.client.pipeline(transaction=False)
         order: list[tuple[np.ndarray, int]] = []
@@ -748,6 +753,8 @@ class RedisUnit(BatchUnit):
         rejected: list[Rejected],
     ) -> None:
         """The commands of the guarded writes, from the columns (no materializer)."""
+        import numpy as np
+
         names, shadow, plan = self.names, self.shadow, self._plan
         for code, collection in enumerate(writes.collections):
             mine = passed & (writes.collection_codes == code)
@@ -801,7 +808,7 @@ class RedisUnit(BatchUnit):
 
     # -- the rest of the unit ------------------------------------------------------------
 
-    def txn(self) -> "RedisTxn":
+    def txn(self) -> RedisTxn:
         if self._txn is None:
             self._txn = RedisTxn(self.store, self.writer.generation, live=self.shadow is None)
         return self._txn
@@ -835,6 +842,9 @@ class RedisUnit(BatchUnit):
 
 def _ints(values: list[str | None], missing: int) -> np.ndarray:
     """Decimal texts as int64 (None: ``missing``)."""
+    import numpy as np
+    import pyarrow as pa  # type: ignore[import-untyped]
+
     array = pa.array(values, pa.string()).cast(pa.int64()).fill_null(missing)
     return np.asarray(array.to_numpy(zero_copy_only=False), dtype=np.int64)
 
@@ -964,6 +974,8 @@ class RedisTxn:
     ) -> list[Applied]:
         """Stage the batch's writes that passed the guard; the ones that pass, with their
         entry's fields before them."""
+        import numpy as np
+
         keys = writes.keys
         for row in range(writes.n):
             ident = (writes.collections[writes.collection_codes[row]], keys[row])
