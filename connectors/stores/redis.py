@@ -35,10 +35,8 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
-
-import redis
-from redis.typing import EncodableT, FieldT
 
 from connectors.errors import StoreError, StoreUnavailableError
 from connectors.stores.base import Collection, CommitHooks, Materializer, new_generation
@@ -56,8 +54,11 @@ from connectors.stores.model import (
 from connectors.stores.protocol import BatchUnit, BatchWriter
 from connectors.stores.writes import NONE, WriteColumns, entry_objects, guard
 
-if TYPE_CHECKING:  # the writer's, with its first batch: not for a store's readers
-    import numpy as np
+if TYPE_CHECKING:
+    import numpy as np  # the writer's, with its first batch: not for a store's readers
+    import redis  # with the first request: the store is defined without it
+    from redis.commands.core import Script
+    from redis.typing import EncodableT, FieldT
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ POSITION = "_position"
 APPLIED = "_applied"
 JSON = "_json"
 _META = (JSON, POSITION, APPLIED)
+_SCHEMES = ("redis", "rediss", "unix")  # what redis-py's URLs may start with
 
 Ident = tuple[str, str]  # (collection, key)
 
@@ -374,19 +376,46 @@ class RedisStore:
         self.collections: dict[str, Collection] = {c.name: c for c in collections}
         self.names = KeyNames.build(view, list(self.collections), key_format)
         self.key_format = dict(key_format or {})
+        if url.partition("://")[0] not in _SCHEMES:
+            raise StoreError(f"view {view}: bad Redis URL: use {', '.join(_SCHEMES)}://...")
+
+    @cached_property
+    def client(self) -> redis.Redis:
+        """The client, made at first use: the Redis driver (~0.1 s to import) comes with the
+        store's first request, not with its definition (`tributary query` of another view)."""
+        import redis
+
         try:
             # URL options (``?socket_timeout=...``) win over these defaults.
-            self.client = redis.Redis.from_url(
-                url, decode_responses=True, socket_connect_timeout=5, socket_timeout=60
+            return redis.Redis.from_url(
+                self.url, decode_responses=True, socket_connect_timeout=5, socket_timeout=60
             )
         except ValueError as exc:
-            raise StoreError(f"view {view}: bad Redis URL: {exc}") from None
-        self._get = self.client.register_script(_GET)
-        self._scan = self.client.register_script(_SCAN)
-        self._swap = self.client.register_script(_SWAP)
-        self._discard = self.client.register_script(_DISCARD)
-        self._read = self.client.register_script(_READ)
-        self._put = self.client.register_script(_PUT)
+            raise StoreError(f"view {self.view}: bad Redis URL: {exc}") from None
+
+    @cached_property
+    def _get(self) -> Script:
+        return self.client.register_script(_GET)
+
+    @cached_property
+    def _scan(self) -> Script:
+        return self.client.register_script(_SCAN)
+
+    @cached_property
+    def _swap(self) -> Script:
+        return self.client.register_script(_SWAP)
+
+    @cached_property
+    def _discard(self) -> Script:
+        return self.client.register_script(_DISCARD)
+
+    @cached_property
+    def _read(self) -> Script:
+        return self.client.register_script(_READ)
+
+    @cached_property
+    def _put(self) -> Script:
+        return self.client.register_script(_PUT)
 
     def collection(self, name: str) -> Collection:
         try:
@@ -400,6 +429,8 @@ class RedisStore:
     @contextmanager
     def errors(self, what: str) -> Iterator[None]:
         """Redis errors as store errors (unreachable: :class:`StoreUnavailableError`)."""
+        import redis
+
         try:
             yield
         except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -525,7 +556,8 @@ class RedisStore:
         return f"redis {where} {self.names.root}:*{public}"
 
     def close(self) -> None:
-        self.client.close()
+        if "client" in self.__dict__:  # made
+            self.client.close()
 
 
 def _commit(view: str, generation: str, raw: object) -> Commit:
@@ -827,6 +859,8 @@ class RedisUnit(BatchUnit):
         pipe.multi()
         self._plan.queue(pipe, self.store, self.names.members(writer.generation))
         pipe.hset(self.names.ledger(writer.generation), mapping=self._ledger)
+        import redis
+
         try:
             pipe.execute()
         except redis.WatchError as exc:
