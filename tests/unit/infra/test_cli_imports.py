@@ -110,12 +110,13 @@ def test_query_imports_no_spark_nor_web_framework(args: list[str], tmp_path: Pat
     """Nor Arrow, numpy, pydantic's settings (light ones) nor typer's adapters: its string
     arguments are coerced as infra.cli_app._PlainParam does. Nor pydantic: the views'
     definitions do not import their folds (the example domain's events). Nor the Redis
-    driver: a store's driver comes with its first request, and no view was asked."""
+    driver: a store's driver comes with its first request, and no view was asked. Nor the
+    Avro library: the registry's errors come without the registry."""
     modules = imported_by(args, tmp_path)
     assert "spark_streaming.views" in modules  # it built the configured views
     assert "examples.social.views.profile" in modules
     assert "infra.settings_light" in modules
-    unwanted = [*NEVER, *ARROW, "sqlalchemy", "redis", *STATUS[:2], *HELP[:2]]
+    unwanted = [*NEVER, *ARROW, "fastavro", "sqlalchemy", "redis", *STATUS[:2], *HELP[:2]]
     assert loaded(modules, unwanted) == []
 
 
@@ -126,7 +127,7 @@ def test_views_are_defined_without_arrow_nor_the_folds(tmp_path: Path) -> None:
     (tests/integration/test_cli_imports_stack.py runs the commands against a stack.)"""
     modules = imported_by([], tmp_path, VIEWS)
     assert "examples.social.views.profile" in modules
-    unwanted = [*NEVER, *ARROW, "sqlalchemy", "examples.social.views.folds", *HELP[:2]]
+    unwanted = [*NEVER, *ARROW, "fastavro", "sqlalchemy", "examples.social.views.folds", *HELP[:2]]
     assert loaded(modules, unwanted) == []
 
 
