@@ -10,7 +10,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Producer, TopicPartition
 
 from connectors.errors import KafkaError
 from connectors.kafka import KafkaConfig
@@ -18,7 +18,7 @@ from connectors.kafka.config import ClientValue
 from connectors.kafka.fetching import SHORT_WAIT_MS
 from connectors.kafka.following import Follower
 from connectors.kafka.offsets import probe_consumer, true_watermarks
-from connectors.kafka.producing import Deliveries, idempotent_producer
+from connectors.kafka.producing import Deliveries, idempotent_producer, ordered_producer
 from event_store.command import CommandResult, result_from_json
 from event_store.command_wire import CommandEnvelope, CommandTopics
 from event_store.errors import CommandTimeoutError, EventStoreError
@@ -28,18 +28,30 @@ if TYPE_CHECKING:
 
 
 class CommandClient:
-    """Sends commands to the ``commands`` topic and, optionally, waits for their results."""
+    """Sends commands to the ``commands`` topic and, optionally, waits for their results.
+
+    ``one_shot``: for a process that sends a command or two and exits (`tributary command`):
+    its producer is not idempotent (:func:`~connectors.kafka.producing.ordered_producer`),
+    which saves the half second an idempotent producer's first send waits for its producer id.
+    A command a retry delivers twice is answered once: the processor records each command id
+    with its result, and answers a known one with that result."""
 
     def __init__(
         self,
         kafka: KafkaConfig,
         topics: CommandTopics | None = None,
         registry: "CommandRegistry | None" = None,
+        *,
+        one_shot: bool = False,
     ) -> None:
         self.kafka = kafka
         self.topics = topics or CommandTopics()
         self.registry = registry
-        self._producer = idempotent_producer(kafka)
+        self.one_shot = one_shot
+        self._producer = self._new_producer()
+
+    def _new_producer(self) -> Producer:
+        return ordered_producer(self.kafka) if self.one_shot else idempotent_producer(self.kafka)
 
     def send(
         self,
@@ -66,7 +78,7 @@ class CommandClient:
             # idempotent producer, so the next send starts a new one (sending again is safe:
             # the processor answers a known command id with its first result)
             if deliveries.failures:
-                self._producer = idempotent_producer(self.kafka)
+                self._producer = self._new_producer()
             raise KafkaError(
                 f"command {command_id} not delivered to {self.topics.commands}: {failure}"
             )

@@ -119,7 +119,7 @@ def command(
         registry: CommandRegistry | None = load_registry(s.command_handlers)[0]
     except TributaryError:
         registry = None  # only used to choose the message key
-    client = CommandClient(s.kafka("tributary-cli"), command_topics(s), registry)
+    client = CommandClient(s.kafka("tributary-cli"), command_topics(s), registry, one_shot=True)
     try:
         if not (wait or wait_views):
             sent = client.send(command_type, parsed, command_id)

@@ -12,51 +12,86 @@ record it cannot use. Only folded rows travel to the driver, as Arrow. :data:`FO
 - a rejection has ``error`` set and carries the record's ``raw_key``/``raw_value``.
 """
 
+from __future__ import annotations
+
 import io
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.compute as pc  # type: ignore[import-untyped]
-import pyarrow.json as pj  # type: ignore[import-untyped]
+from connectors.stores.model import write_schema
 
-from connectors.stores.model import WRITE_SCHEMA
+# numpy and Arrow (~0.15 s to import) come with the first fold: the view definitions (what
+# `tributary views`, `query` and `status` read) import this module without them.
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa  # type: ignore[import-untyped]
 
-FOLDED_SCHEMA = pa.schema(
-    [
-        *WRITE_SCHEMA,  # what the stores' write table holds, then why a record was refused
-        ("error", pa.string()),
-        ("raw_key", pa.binary()),
-        ("raw_value", pa.binary()),
-    ]
-)
 
-SPARK_TYPES = {
-    pa.string(): "string",
-    pa.int64(): "long",
-    pa.int32(): "int",
-    pa.bool_(): "boolean",
-    pa.binary(): "binary",
-}
+@cache
+def folded_schema() -> pa.Schema:
+    """:data:`FOLDED_SCHEMA` (the module docstring), built at first use."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            *write_schema(),  # what the stores' write table holds, then why a record was refused
+            ("error", pa.string()),
+            ("raw_key", pa.binary()),
+            ("raw_value", pa.binary()),
+        ]
+    )
+
+
+@cache
+def spark_types() -> dict[pa.DataType, str]:
+    """The Spark SQL type of each Arrow type folds use (also ``SPARK_TYPES``)."""
+    import pyarrow as pa
+
+    return {
+        pa.string(): "string",
+        pa.int64(): "long",
+        pa.int32(): "int",
+        pa.bool_(): "boolean",
+        pa.binary(): "binary",
+    }
 
 
 def spark_ddl(schema: pa.Schema) -> str:
     """The Spark DDL of an Arrow schema (the types folds use; lists of them as arrays)."""
+    import pyarrow as pa
+
+    types = spark_types()
 
     def kind(t: pa.DataType) -> str:
         if pa.types.is_list(t):
             return f"array<{kind(t.value_type)}>"
-        return SPARK_TYPES[t]
+        return types[t]
 
     return ", ".join(f"{f.name} {kind(f.type)}" for f in schema)
 
 
-FOLDED_DDL = spark_ddl(FOLDED_SCHEMA)
+#: :data:`FOLDED_SCHEMA` as Spark DDL (a unit test holds it to ``spark_ddl(folded_schema())``):
+#: text, so that a view's definition has it without Arrow.
+FOLDED_DDL = (
+    "collection string, key string, position long, deleted boolean, fields string,"
+    " member string, changes array<long>, fresh boolean, topic string, partition int,"
+    " offset long, error string, raw_key binary, raw_value binary"
+)
+
+_LAZY = {"FOLDED_SCHEMA": folded_schema, "SPARK_TYPES": spark_types}
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: the Arrow constants, built at first use
+    if name in _LAZY:
+        return _LAZY[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def records_table(batches: Iterable[pa.RecordBatch]) -> pa.Table:
     """One partition's records (Kafka source columns) as a table."""
+    import pyarrow as pa
+
     chunks = list(batches)
     if not chunks:
         return pa.table({"key": pa.array([], pa.binary())})
@@ -65,6 +100,10 @@ def records_table(batches: Iterable[pa.RecordBatch]) -> pa.Table:
 
 def header_values(headers: pa.ChunkedArray | pa.Array, name: str) -> pa.Array:
     """The value of header ``name`` per record as text (null where absent)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
     if isinstance(headers, pa.ChunkedArray):
         headers = headers.combine_chunks()
     n = len(headers)
@@ -83,6 +122,10 @@ def header_values(headers: pa.ChunkedArray | pa.Array, name: str) -> pa.Array:
 def json_lines(values: pa.Array) -> bytes:
     """Non-null binary values joined with newlines (the input of ``pyarrow.json``), built
     from the array's buffers without a Python object per value."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     present = values.filter(pc.is_valid(values)) if values.null_count else values
     count = len(present)
     if count == 0:
@@ -113,6 +156,10 @@ def parse_json(values: pa.Array, schema: pa.Schema) -> tuple[pa.Table | None, di
     other inputs, e.g. a bare ``null``). Otherwise each value is checked in Python first, and
     only the well-formed ones reach ``pyarrow.json``.
     """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj  # type: ignore[import-untyped]
+
     options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     present = pc.is_valid(values).to_numpy(zero_copy_only=False)
     if not present.any():
@@ -145,6 +192,10 @@ def parse_json(values: pa.Array, schema: pa.Schema) -> tuple[pa.Table | None, di
 
 def _plain_objects(values: pa.Array) -> bool:
     """Whether every non-null value starts with ``{``, ends with ``}`` and has no line break."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     present = values.filter(pc.is_valid(values)) if values.null_count else values
     if len(present) == 0:
         return True
@@ -182,6 +233,8 @@ def shape_problem(value: bytes, schema: pa.Schema) -> str | None:
 
 
 def _type_problem(value: Any, kind: pa.DataType, path: str) -> str | None:
+    import pyarrow as pa
+
     if value is None:
         return None
     if pa.types.is_struct(kind):
@@ -212,6 +265,10 @@ def _type_problem(value: Any, kind: pa.DataType, path: str) -> str | None:
 
 def _align(parsed: pa.Table, present: np.ndarray, schema: pa.Schema) -> pa.Table:
     """Spread rows parsed from the present values back to every index (nulls elsewhere)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if present.all():
         return parsed
     positions = np.cumsum(present) - 1
@@ -222,6 +279,8 @@ def _align(parsed: pa.Table, present: np.ndarray, schema: pa.Schema) -> pa.Table
 
 def rejections(table: pa.Table, reasons: dict[int, str], prefix: str = "") -> pa.RecordBatch | None:
     """Rejection rows for the records at ``reasons``' indices."""
+    import pyarrow as pa
+
     if not reasons:
         return None
     rows = sorted(reasons)
@@ -244,7 +303,7 @@ def rejections(table: pa.Table, reasons: dict[int, str], prefix: str = "") -> pa
             _column(table, "key", index, pa.binary()),
             _column(table, "value", index, pa.binary()),
         ],
-        schema=FOLDED_SCHEMA,
+        schema=folded_schema(),
     )
 
 
@@ -254,8 +313,10 @@ def _column(table: pa.Table, name: str, index: pa.Array, kind: pa.DataType) -> p
 
 def folded_batch(columns: dict[str, Any], n: int) -> pa.RecordBatch:
     """A batch of folded rows from the given columns (absent ones are null)."""
+    import pyarrow as pa
+
     arrays = []
-    for field in FOLDED_SCHEMA:
+    for field in folded_schema():
         value = columns.get(field.name)
         if value is None:
             arrays.append(pa.nulls(n, field.type))
@@ -265,7 +326,7 @@ def folded_batch(columns: dict[str, Any], n: int) -> pa.RecordBatch:
             arrays.append(value.cast(field.type))
         else:
             arrays.append(pa.array(value, field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=FOLDED_SCHEMA)
+    return pa.RecordBatch.from_arrays(arrays, schema=folded_schema())
 
 
 def emit(parts: Sequence[pa.RecordBatch | None]) -> Iterator[pa.RecordBatch]:

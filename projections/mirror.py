@@ -13,14 +13,13 @@ project's connector settings: ``decimal.handling.mode=string``,
 ``time.precision.mode=adaptive_time_microseconds``, bytes as base64).
 """
 
+from __future__ import annotations
+
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.compute as pc  # type: ignore[import-untyped]
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from connectors.debezium import debezium_encoding
 from connectors.postgres import SourceColumn
@@ -33,26 +32,55 @@ from projections.folding import (
     rejections,
 )
 
-if TYPE_CHECKING:  # (the table's module imports psycopg, which Spark's workers do not need)
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    # (the table's module imports psycopg, which Spark's workers do not need)
     from connectors.stores.pg_tables import TypedTable
 
 ROWS = "rows"
 _OPS = {"c", "u", "d", "r"}
 
-ENVELOPE = pa.schema(
-    [
-        ("op", pa.string()),
-        ("after", pa.struct([])),
-        ("source", pa.struct([("lsn", pa.int64()), ("sequence", pa.string())])),
-    ]
-)
-KEY = pa.schema([])
+
+@cache
+def envelope_schema() -> pa.Schema:
+    """What the fold reads of a Debezium envelope (also ``ENVELOPE``): built at first use, so
+    that the mirror's definition (`tributary views`, `status`) does without Arrow."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("op", pa.string()),
+            ("after", pa.struct([])),
+            ("source", pa.struct([("lsn", pa.int64()), ("sequence", pa.string())])),
+        ]
+    )
+
+
+@cache
+def key_schema() -> pa.Schema:
+    """A record key: any JSON object (also ``KEY``)."""
+    import pyarrow as pa
+
+    return pa.schema([])
+
+
+_LAZY = {"ENVELOPE": envelope_schema, "KEY": key_schema}
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: the Arrow schemas, built at first use
+    if name in _LAZY:
+        return _LAZY[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def fold_changes(
     batches: Iterable[pa.RecordBatch], collection: str = ROWS
 ) -> Iterator[pa.RecordBatch]:
     """One partition's Debezium records -> one folded row per key, plus rejections."""
+    import numpy as np
+
     table = records_table(batches)
     if table.num_rows == 0:
         return
@@ -75,6 +103,10 @@ class DecodedChanges:
 
 
 def _flags(values: pa.Array, members: list[str]) -> np.ndarray:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
     found = pc.fill_null(pc.is_in(values, pa.array(members)), False)
     return np.asarray(found.to_numpy(zero_copy_only=False), dtype=bool)
 
@@ -82,16 +114,20 @@ def _flags(values: pa.Array, members: list[str]) -> np.ndarray:
 def decode_changes(table: pa.Table) -> DecodedChanges:
     """Decode keys and envelopes of a partition's records: columnar, with a slow path that
     names each bad record."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     n = table.num_rows
     keys = table.column("key").combine_chunks()
     values = table.column("value").combine_chunks()
     reasons: dict[int, str] = {}
     for row in map(int, np.flatnonzero(~pc.is_valid(keys).to_numpy(zero_copy_only=False))):
         reasons[row] = "change without a key (tables need a primary key)"
-    _, bad_keys = parse_json(keys, KEY)
+    _, bad_keys = parse_json(keys, key_schema())
     for index, reason in bad_keys.items():
         reasons.setdefault(index, f"key {reason}")
-    parsed, bad_values = parse_json(values, ENVELOPE)
+    parsed, bad_values = parse_json(values, envelope_schema())
     for index, reason in bad_values.items():
         reasons.setdefault(index, f"value {reason}")
     tombstone = ~pc.is_valid(values).to_numpy(zero_copy_only=False)
@@ -140,6 +176,8 @@ def decode_changes(table: pa.Table) -> DecodedChanges:
 
 def _sequence_position(sequence: str) -> float:
     """Incremental-snapshot reads carry no LSN: the larger LSN of ``source.sequence``."""
+    import numpy as np
+
     try:
         items = json.loads(sequence)
     except json.JSONDecodeError:
@@ -151,6 +189,10 @@ def _sequence_position(sequence: str) -> float:
 def _fold(
     table: pa.Table, changes: DecodedChanges, usable: np.ndarray, collection: str
 ) -> pa.RecordBatch | None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     rows = np.flatnonzero(usable)
     if rows.size == 0:
         return None
@@ -199,6 +241,10 @@ def _fold(
 
 def _changes_since(lists: pa.ListArray, since: np.ndarray) -> pa.ListArray:
     """Per key, its distinct live positions at or after ``since`` (its last insert), sorted."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     flat = pc.list_flatten(lists).to_numpy(zero_copy_only=False)
     parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
     keep = flat >= since[parents]
@@ -217,7 +263,7 @@ def mirror_table(
     table: str,
     catalog: Callable[[], Sequence[SourceColumn]],
     collection: str = ROWS,
-) -> "TypedTable":
+) -> TypedTable:
     """The mirror's typed layout: the source's columns, types and primary key, read from the
     source's catalog when the store first needs them, and again whenever a change carries a
     column the mirror lacks."""

@@ -16,7 +16,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from projections.folding import FOLDED_DDL, FOLDED_SCHEMA
-from projections.view import PartitionFold
+from projections.view import PartitionFold, check_fold
 
 VIEW_COLUMN = "view"
 TOGETHER_DDL = f"{FOLDED_DDL}, {VIEW_COLUMN} string"
@@ -39,6 +39,8 @@ class Member:
 
 def together(members: Sequence[Member]) -> PartitionFold:
     """The per-partition fold that runs every member's fold over the same records."""
+    for m in members:
+        check_fold(m.fold)
     spec = [
         {
             "view": m.view,

@@ -8,16 +8,17 @@ the stores' columnar write table (:func:`split_folded`) and the store applies it
 ledger.
 """
 
+from __future__ import annotations
+
+import importlib
+import importlib.util
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.compute as pc  # type: ignore[import-untyped]
+from typing import TYPE_CHECKING, Any, Literal
 
 from connectors.stores.base import ViewStore
 from connectors.stores.model import (
-    WRITE_SCHEMA,
+    WRITE_COLUMNS,
     Delete,
     JsonObject,
     Put,
@@ -27,8 +28,13 @@ from connectors.stores.model import (
 )
 from projections.folding import FOLDED_DDL
 
+# Arrow (~0.15 s to import) comes with the first batch: a view's definition (what `tributary
+# views`, `query` and `status` read) does without it.
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
+
 Transform = Callable[[Any], Any]  # DataFrame of Kafka records -> DataFrame of folded rows
-FoldFunction = Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+FoldFunction = Callable[[Iterable["pa.RecordBatch"]], Iterator["pa.RecordBatch"]]
 
 _FOLDS: dict[str, FoldFunction] = {}
 
@@ -37,8 +43,6 @@ def load_fold(path: str) -> FoldFunction:
     """The per-partition fold function at ``module:function`` (imported once per process)."""
     function = _FOLDS.get(path)
     if function is None:
-        import importlib
-
         module, _, name = path.partition(":")
         function = getattr(importlib.import_module(module), name)
         _FOLDS[path] = function
@@ -84,9 +88,21 @@ class PartitionFold:
 
 def per_partition(path: str, *, schema: str | None = None, **options: str) -> PartitionFold:
     """A per-partition fold by ``module:function`` (with string options for it; ``schema``:
-    the DDL of its rows when they are not folded rows)."""
-    load_fold(path)  # fail early (here, on the driver) for a wrong name
+    the DDL of its rows when they are not folded rows).
+
+    A module that is not there fails here (on the driver, when the view is defined); the module
+    itself is imported when the view runs (:func:`check_fold`), not here: a fold imports Arrow
+    and its decoders, which the commands that only read a view's store do without."""
+    module = path.partition(":")[0]
+    if importlib.util.find_spec(module) is None:
+        raise ModuleNotFoundError(f"fold {path!r}: no module named {module!r}", name=module)
     return PartitionFold(path, tuple(sorted(options.items())), schema)
+
+
+def check_fold(fold: PartitionFold) -> None:
+    """Import ``fold``'s function on the driver before a query runs it (its executors would
+    otherwise be the first to find a wrong name)."""
+    load_fold(fold.path)
 
 
 Fold = PartitionFold | Transform
@@ -176,7 +192,7 @@ class DeadLetter:
     stage: str  # "decode" (the fold refused it) or "write" (the store refused it)
 
     @classmethod
-    def refused_by_fold(cls, row: dict[str, Any]) -> "DeadLetter":
+    def refused_by_fold(cls, row: dict[str, Any]) -> DeadLetter:
         """The dead letter of a folded row with an error (the fold refused its record)."""
         return cls(
             row["topic"] or "",
@@ -189,16 +205,15 @@ class DeadLetter:
         )
 
 
-WRITE_COLUMNS = tuple(WRITE_SCHEMA.names)
-"""The folded columns a store's write table holds (the folded schema without the rejection's)."""
-
-
 def split_folded(table: pa.Table) -> tuple[pa.Table, list[DeadLetter]]:
     """A batch's folded rows as the stores' columnar write table (one row per collection and
     key) and its dead letters (one Python object per rejected record: the rare path).
 
     A key folded in two partitions (a re-partitioned topic) appears twice: its rows are merged
     by position (:func:`_merge`); every other row stays in its columns."""
+    import pyarrow as pa
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
     errors = table.column("error")
     if errors.null_count < table.num_rows:
         bad = pc.is_valid(errors)

@@ -4,7 +4,7 @@ import json
 import weakref
 from typing import Any
 
-from projections.view import PartitionFold
+from projections.view import PartitionFold, check_fold
 from spark_streaming.kafka_source import SOURCE_NAME, KafkaDataSource
 
 _SPARK_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
@@ -69,6 +69,7 @@ def folded_stream(
     """Folded rows: Kafka records folded per partition by ``fold``. On the project's source
     the fold runs inside the read task, so records never travel through the JVM; after Spark's
     own source it runs as ``mapInArrow``."""
+    check_fold(fold)
     if has_spark_kafka_connector(spark):
         return fold(records_stream(spark, options, skip_below))
     pushed = {**options, "tributary.fold": fold.path}

@@ -14,12 +14,24 @@ from confluent_kafka import Producer
 
 from connectors.kafka.config import ClientValue, KafkaConfig
 
-__all__ = ["IDEMPOTENT", "JAVA_PLACEMENT", "Deliveries", "idempotent_producer"]
+__all__ = [
+    "IDEMPOTENT",
+    "JAVA_PLACEMENT",
+    "ORDERED",
+    "Deliveries",
+    "idempotent_producer",
+    "ordered_producer",
+]
 
 #: What makes a producer idempotent (librdkafka then enforces acks=all and in-order retries).
 IDEMPOTENT: dict[str, ClientValue] = {"enable.idempotence": True}
 #: Keys land in the partition Java clients choose (murmur2), not librdkafka's default (crc32).
 JAVA_PLACEMENT: dict[str, ClientValue] = {"partitioner": "murmur2_random"}
+
+
+#: A producer without a producer id that still never reorders a retried record: every replica
+#: acknowledges, one request in flight per connection. A retry may write a record twice.
+ORDERED: dict[str, ClientValue] = {"acks": "all", "max.in.flight.requests.per.connection": 1}
 
 
 def idempotent_producer(
@@ -32,6 +44,18 @@ def idempotent_producer(
     place them); ``overrides`` add or change librdkafka properties (``linger.ms`` …)."""
     props = {**IDEMPOTENT, **(JAVA_PLACEMENT if java_placement else {}), **(overrides or {})}
     return Producer(kafka.client_properties(**props))
+
+
+def ordered_producer(
+    kafka: KafkaConfig, overrides: Mapping[str, ClientValue] | None = None
+) -> Producer:
+    """A producer for a short-lived process that sends a record or two to a consumer that
+    deduplicates them (the command processor answers a command id once): an idempotent
+    producer's first send waits for its producer id, which librdkafka asks again only after a
+    500 ms timer when its bootstrap connection gives way to the broker's advertised one (every
+    time, on the local broker) - half a second of `tributary command`. Same order and
+    acknowledgements (:data:`ORDERED`); a retry may deliver a record twice."""
+    return Producer(kafka.client_properties(**{**ORDERED, **(overrides or {})}))
 
 
 class Deliveries:

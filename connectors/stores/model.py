@@ -18,9 +18,11 @@ the writes and records the batch in its ledger in one atomic unit, so a batch is
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa  # type: ignore[import-untyped]
+if TYPE_CHECKING:  # Arrow is imported by what builds or applies a write table, not by readers
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 Offsets = dict[str, dict[str, int]]
 """Next offset per topic and partition (partition as a decimal string, as Spark writes it)."""
@@ -242,37 +244,69 @@ def fields_json(fields: Mapping[str, Any]) -> str:
 
 # -- the write table ------------------------------------------------------------------------
 
-WRITE_SCHEMA = pa.schema(
-    [
-        ("collection", pa.string()),
-        ("key", pa.string()),
-        ("position", pa.int64()),
-        ("deleted", pa.bool_()),
-        ("fields", pa.string()),
-        ("member", pa.string()),
-        ("changes", pa.list_(pa.int64())),
-        ("fresh", pa.bool_()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-    ]
+WRITE_COLUMNS = (
+    "collection",
+    "key",
+    "position",
+    "deleted",
+    "fields",
+    "member",
+    "changes",
+    "fresh",
+    "topic",
+    "partition",
+    "offset",
 )
-"""A batch's writes as columns, one row per write:
-
-- ``collection``, ``key``: where it goes; ``position``: the key's new position; ``deleted``: a
-  Delete (else a Put);
-- ``fields``: JSON text of the entry's fields, or of a larger document whose member ``member``
-  holds them (null for a Delete); ``changes``: the positions folded in, ascending (null or
-  empty: just ``position``); ``fresh``: the entry was (re)created in this batch;
-- ``topic``, ``partition``, ``offset``: the last source record folded in (for dead letters;
-  null when unknown).
-
-It is :data:`projections.folding.FOLDED_SCHEMA` without the rejection columns."""
+"""The names of the write table's columns, in order (:func:`write_schema`)."""
 
 
-def write_table(writes: Sequence[Write]) -> pa.Table:
+@cache
+def write_schema() -> "pa.Schema":
+    """The write table's schema (also ``WRITE_SCHEMA``), built at first use: importing Arrow
+    costs ~0.15 s, which a command that only reads a store does not pay.
+
+    A batch's writes as columns, one row per write:
+
+    - ``collection``, ``key``: where it goes; ``position``: the key's new position; ``deleted``: a
+      Delete (else a Put);
+    - ``fields``: JSON text of the entry's fields, or of a larger document whose member ``member``
+      holds them (null for a Delete); ``changes``: the positions folded in, ascending (null or
+      empty: just ``position``); ``fresh``: the entry was (re)created in this batch;
+    - ``topic``, ``partition``, ``offset``: the last source record folded in (for dead letters;
+      null when unknown).
+
+    It is :data:`projections.folding.FOLDED_SCHEMA` without the rejection columns.
+    """
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("collection", pa.string()),
+            ("key", pa.string()),
+            ("position", pa.int64()),
+            ("deleted", pa.bool_()),
+            ("fields", pa.string()),
+            ("member", pa.string()),
+            ("changes", pa.list_(pa.int64())),
+            ("fresh", pa.bool_()),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+        ]
+    )
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: `WRITE_SCHEMA`, built at first use
+    if name == "WRITE_SCHEMA":
+        return write_schema()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def write_table(writes: Sequence[Write]) -> "pa.Table":
     """Put/Delete objects as the write table (fields kept as their JSON text)."""
-    columns: dict[str, list[Any]] = {name: [] for name in WRITE_SCHEMA.names}
+    import pyarrow as pa
+
+    columns: dict[str, list[Any]] = {name: [] for name in WRITE_COLUMNS}
     for write in writes:
         columns["collection"].append(write.collection)
         columns["key"].append(write.key)
@@ -298,7 +332,7 @@ def write_table(writes: Sequence[Write]) -> pa.Table:
             columns["member"].append(None)
             columns["changes"].append(None)
             columns["fresh"].append(False)
-    return pa.table(columns, schema=WRITE_SCHEMA)
+    return pa.table(columns, schema=write_schema())
 
 
 def lookup_text(value: Any) -> str | None:

@@ -23,13 +23,10 @@ import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import psycopg
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.compute as pc  # type: ignore[import-untyped]
-import pyarrow.csv as pcsv  # type: ignore[import-untyped]
 from psycopg import sql
 
 from connectors.errors import StoreError
@@ -55,6 +52,10 @@ from connectors.stores.pg_tables import (
 )
 from connectors.stores.protocol import BatchUnit, BatchWriter
 from connectors.stores.writes import WriteColumns
+
+if TYPE_CHECKING:  # the writer's, with its first batch: not for a store's readers
+    import numpy as np
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 log = logging.getLogger(__name__)
 
@@ -426,6 +427,8 @@ class PostgresWriter(BatchWriter):
     ) -> list[Applied]:
         """The guarded writes of the batch; rows a table refuses (SQLSTATE classes 22, 23)
         are found by halving the batch and go to ``rejected``."""
+        import numpy as np
+
         if writes.n == 0:
             for collection in self.store.layouts:
                 self._ensure(conn, collection)
@@ -437,8 +440,8 @@ class PostgresWriter(BatchWriter):
         self,
         conn: psycopg.Connection[Any],
         writes: WriteColumns,
-        staged: pa.Table,
-        rows: np.ndarray,
+        staged: "pa.Table",
+        rows: "np.ndarray",
         rejected: list[Rejected],
         want: bool,
     ) -> list[Applied]:
@@ -463,10 +466,13 @@ class PostgresWriter(BatchWriter):
         self,
         conn: psycopg.Connection[Any],
         writes: WriteColumns,
-        staged: pa.Table,
-        rows: np.ndarray,
+        staged: "pa.Table",
+        rows: "np.ndarray",
         want: bool,
     ) -> list[Applied]:
+        import numpy as np
+        import pyarrow as pa
+
         part = staged if len(rows) == writes.n else staged.take(pa.array(rows, pa.int64()))
         with conn.cursor() as cur:
             cur.execute(sql.SQL("TRUNCATE {}").format(_STAGE))
@@ -757,11 +763,19 @@ class PostgresUnit(BatchUnit):
 
 # -- staging ----------------------------------------------------------------------------
 
-_CSV = pcsv.WriteOptions(include_header=False, quoting_style="needed")
+
+@cache
+def _csv_options() -> Any:
+    import pyarrow.csv as pcsv  # type: ignore[import-untyped]
+
+    return pcsv.WriteOptions(include_header=False, quoting_style="needed")
 
 
-def stage_table(writes: WriteColumns) -> pa.Table:
+def stage_table(writes: WriteColumns) -> "pa.Table":
     """The staging table's columns of a batch (changes as PostgreSQL array literals)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
     values = pa.array(writes.change_values, pa.int64()).cast(pa.string())
     lists = pa.ListArray.from_arrays(pa.array(writes.change_offsets, pa.int32()), values)
     changes = pc.binary_join_element_wise("{", pc.binary_join(lists, ","), "}", "")
@@ -780,11 +794,14 @@ def stage_table(writes: WriteColumns) -> pa.Table:
     )
 
 
-def csv_bytes(table: pa.Table) -> bytes:
+def csv_bytes(table: "pa.Table") -> bytes:
     """``table`` as CSV for ``COPY ... (FORMAT csv)``: nulls unquoted and empty, strings quoted
     when needed (so an empty string stays one)."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
     sink = pa.BufferOutputStream()
-    pcsv.write_csv(table, sink, _CSV)
+    pcsv.write_csv(table, sink, _csv_options())
     return bytes(sink.getvalue())
 
 

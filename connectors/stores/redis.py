@@ -28,17 +28,15 @@ and ``swap_in`` / ``discard`` are Lua scripts, so a reader sees a generation bef
 swap, never half.
 """
 
+from __future__ import annotations
+
 import json
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped]
-import redis
-from redis.typing import EncodableT, FieldT
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from connectors.errors import StoreError, StoreUnavailableError
 from connectors.stores.base import Collection, CommitHooks, Materializer, new_generation
@@ -56,12 +54,19 @@ from connectors.stores.model import (
 from connectors.stores.protocol import BatchUnit, BatchWriter
 from connectors.stores.writes import NONE, WriteColumns, entry_objects, guard
 
+if TYPE_CHECKING:
+    import numpy as np  # the writer's, with its first batch: not for a store's readers
+    import redis  # with the first request: the store is defined without it
+    from redis.commands.core import Script
+    from redis.typing import EncodableT, FieldT
+
 log = logging.getLogger(__name__)
 
 POSITION = "_position"
 APPLIED = "_applied"
 JSON = "_json"
 _META = (JSON, POSITION, APPLIED)
+_SCHEMES = ("redis", "rediss", "unix")  # what redis-py's URLs may start with
 
 Ident = tuple[str, str]  # (collection, key)
 
@@ -108,7 +113,7 @@ class KeyNames:
     @classmethod
     def build(
         cls, view: str, collections: Iterable[str], key_format: Mapping[str, str] | None = None
-    ) -> "KeyNames":
+    ) -> KeyNames:
         """Names of ``view``'s collections; refuses names that could be read two ways."""
         if not view or ":" in view or "@" in view:
             raise StoreError(f"view name {view!r} must be non-empty, without ':' or '@' (Redis)")
@@ -371,19 +376,46 @@ class RedisStore:
         self.collections: dict[str, Collection] = {c.name: c for c in collections}
         self.names = KeyNames.build(view, list(self.collections), key_format)
         self.key_format = dict(key_format or {})
+        if url.partition("://")[0] not in _SCHEMES:
+            raise StoreError(f"view {view}: bad Redis URL: use {', '.join(_SCHEMES)}://...")
+
+    @cached_property
+    def client(self) -> redis.Redis:
+        """The client, made at first use: the Redis driver (~0.1 s to import) comes with the
+        store's first request, not with its definition (`tributary query` of another view)."""
+        import redis
+
         try:
             # URL options (``?socket_timeout=...``) win over these defaults.
-            self.client = redis.Redis.from_url(
-                url, decode_responses=True, socket_connect_timeout=5, socket_timeout=60
+            return redis.Redis.from_url(
+                self.url, decode_responses=True, socket_connect_timeout=5, socket_timeout=60
             )
         except ValueError as exc:
-            raise StoreError(f"view {view}: bad Redis URL: {exc}") from None
-        self._get = self.client.register_script(_GET)
-        self._scan = self.client.register_script(_SCAN)
-        self._swap = self.client.register_script(_SWAP)
-        self._discard = self.client.register_script(_DISCARD)
-        self._read = self.client.register_script(_READ)
-        self._put = self.client.register_script(_PUT)
+            raise StoreError(f"view {self.view}: bad Redis URL: {exc}") from None
+
+    @cached_property
+    def _get(self) -> Script:
+        return self.client.register_script(_GET)
+
+    @cached_property
+    def _scan(self) -> Script:
+        return self.client.register_script(_SCAN)
+
+    @cached_property
+    def _swap(self) -> Script:
+        return self.client.register_script(_SWAP)
+
+    @cached_property
+    def _discard(self) -> Script:
+        return self.client.register_script(_DISCARD)
+
+    @cached_property
+    def _read(self) -> Script:
+        return self.client.register_script(_READ)
+
+    @cached_property
+    def _put(self) -> Script:
+        return self.client.register_script(_PUT)
 
     def collection(self, name: str) -> Collection:
         try:
@@ -397,6 +429,8 @@ class RedisStore:
     @contextmanager
     def errors(self, what: str) -> Iterator[None]:
         """Redis errors as store errors (unreachable: :class:`StoreUnavailableError`)."""
+        import redis
+
         try:
             yield
         except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -423,7 +457,7 @@ class RedisStore:
 
     def writer(
         self, generation: str, *, live: bool, hooks: CommitHooks | None = None
-    ) -> "RedisWriter":
+    ) -> RedisWriter:
         return RedisWriter(self, generation, live=live, hooks=hooks or CommitHooks())
 
     def prepare(self, generation: str) -> None:
@@ -522,7 +556,8 @@ class RedisStore:
         return f"redis {where} {self.names.root}:*{public}"
 
     def close(self) -> None:
-        self.client.close()
+        if "client" in self.__dict__:  # made
+            self.client.close()
 
 
 def _commit(view: str, generation: str, raw: object) -> Commit:
@@ -599,7 +634,7 @@ class _Plan:
             self.index_add.setdefault(names.physical(logical, shadow), []).append(key)
             self.members_add.add(logical)
 
-    def queue(self, pipe: "redis.client.Pipeline", store: "RedisStore", members: str) -> None:
+    def queue(self, pipe: redis.client.Pipeline, store: RedisStore, members: str) -> None:
         for entries in self.hashes:
             payload = json.dumps(entries, ensure_ascii=False, separators=(",", ":"))
             store._put(args=[payload], client=pipe)
@@ -650,7 +685,7 @@ class RedisWriter(BatchWriter):
         """Nothing is held between batches (the store's client pools the connections)."""
 
     @contextmanager
-    def unit(self, batch: Batch) -> Iterator["RedisUnit"]:
+    def unit(self, batch: Batch) -> Iterator[RedisUnit]:
         """WATCH the ledger and the live pointer; MULTI/EXEC at the commit."""
         store = self.store
         with store.errors(f"batch {batch.batch_id}"), store.client.pipeline() as pipe:
@@ -661,7 +696,7 @@ class RedisWriter(BatchWriter):
 class RedisUnit(BatchUnit):
     """One batch's WATCH ... MULTI/EXEC on Redis."""
 
-    def __init__(self, writer: RedisWriter, pipe: "redis.client.Pipeline", batch: Batch) -> None:
+    def __init__(self, writer: RedisWriter, pipe: redis.client.Pipeline, batch: Batch) -> None:
         self.writer = writer
         self.store = writer.store
         self.names = writer.store.names
@@ -695,6 +730,8 @@ class RedisUnit(BatchUnit):
     def _read(self, writes: WriteColumns, texts: bool) -> _Stored:
         """The stored positions, counts and tombstones of the batch's keys (and, for
         ``texts`` or collections with lookups, the entries' JSON) in one round trip."""
+        import numpy as np
+
         names, shadow, store = self.names, self.shadow, self.store
         pipe = store.client.pipeline(transaction=False)
         order: list[tuple[np.ndarray, int]] = []
@@ -748,6 +785,8 @@ class RedisUnit(BatchUnit):
         rejected: list[Rejected],
     ) -> None:
         """The commands of the guarded writes, from the columns (no materializer)."""
+        import numpy as np
+
         names, shadow, plan = self.names, self.shadow, self._plan
         for code, collection in enumerate(writes.collections):
             mine = passed & (writes.collection_codes == code)
@@ -801,7 +840,7 @@ class RedisUnit(BatchUnit):
 
     # -- the rest of the unit ------------------------------------------------------------
 
-    def txn(self) -> "RedisTxn":
+    def txn(self) -> RedisTxn:
         if self._txn is None:
             self._txn = RedisTxn(self.store, self.writer.generation, live=self.shadow is None)
         return self._txn
@@ -820,6 +859,8 @@ class RedisUnit(BatchUnit):
         pipe.multi()
         self._plan.queue(pipe, self.store, self.names.members(writer.generation))
         pipe.hset(self.names.ledger(writer.generation), mapping=self._ledger)
+        import redis
+
         try:
             pipe.execute()
         except redis.WatchError as exc:
@@ -835,6 +876,9 @@ class RedisUnit(BatchUnit):
 
 def _ints(values: list[str | None], missing: int) -> np.ndarray:
     """Decimal texts as int64 (None: ``missing``)."""
+    import numpy as np
+    import pyarrow as pa  # type: ignore[import-untyped]
+
     array = pa.array(values, pa.string()).cast(pa.int64()).fill_null(missing)
     return np.asarray(array.to_numpy(zero_copy_only=False), dtype=np.int64)
 
@@ -964,6 +1008,8 @@ class RedisTxn:
     ) -> list[Applied]:
         """Stage the batch's writes that passed the guard; the ones that pass, with their
         entry's fields before them."""
+        import numpy as np
+
         keys = writes.keys
         for row in range(writes.n):
             ident = (writes.collections[writes.collection_codes[row]], keys[row])

@@ -22,6 +22,8 @@ Each generation has one ``IndexWriter`` per store object, kept open across batch
 the store's writers of that generation (tantivy allows one writer per index, across processes).
 """
 
+from __future__ import annotations
+
 import datetime as dt
 import json
 import os
@@ -33,9 +35,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import numpy as np
 import tantivy
 
 from connectors.errors import StaleGenerationError, StoreError
@@ -52,6 +53,9 @@ from connectors.stores.model import (
 from connectors.stores.model import lookup_text as json_lookup_text
 from connectors.stores.protocol import BatchUnit, BatchWriter
 from connectors.stores.writes import NONE, WriteColumns, entry_objects, guard
+
+if TYPE_CHECKING:  # the writer's, with its first batch: not for a store's readers
+    import numpy as np
 
 LIVE = "live"
 
@@ -252,7 +256,7 @@ class _WriterSlot:
         self.index: tantivy.Index | None = None
         self.writer: tantivy.IndexWriter | None = None
 
-    def open(self, store: "TantivyStore") -> tuple[tantivy.Index, tantivy.IndexWriter]:
+    def open(self, store: TantivyStore) -> tuple[tantivy.Index, tantivy.IndexWriter]:
         if self.index is not None and self.writer is not None:
             return self.index, self.writer
         if not self.folder.is_dir():
@@ -469,7 +473,7 @@ class TantivyStore:
 
     def writer(
         self, generation: str, *, live: bool, hooks: CommitHooks | None = None
-    ) -> "TantivyWriter":
+    ) -> TantivyWriter:
         return TantivyWriter(
             self, self._acquire(generation), live=live, hooks=hooks or CommitHooks()
         )
@@ -697,7 +701,7 @@ class TantivyWriter(BatchWriter):
             raise self.stale(live)
 
     @contextmanager
-    def unit(self, batch: Batch) -> Iterator["TantivyUnit"]:
+    def unit(self, batch: Batch) -> Iterator[TantivyUnit]:
         """The generation's writer under its lock, a searcher of the last commit; what the
         unit added is rolled back (the writer dropped) unless it commits."""
         if self._slot is None:  # used after close: take a slot again
@@ -727,6 +731,8 @@ def _stored_state(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str | None]]:
     """Position, count, tombstone position (and, with ``texts``, the fields' JSON) of the
     stored entries of the batch's keys, aligned with its rows; term-set queries by uid."""
+    import numpy as np
+
     n = writes.n
     position = np.full(n, NONE, dtype=np.int64)
     applied = np.zeros(n, dtype=np.int64)
@@ -784,6 +790,8 @@ class TantivyUnit(BatchUnit):
             )
 
     def write(self, writes: WriteColumns, rejected: list[Rejected], applied: bool) -> list[Applied]:
+        import numpy as np
+
         store = self.store
         for collection in writes.collections:
             store._collection(collection)
@@ -838,7 +846,7 @@ class TantivyUnit(BatchUnit):
                 self._changes.append((uid(TOMB, collection, key), None))
         return []
 
-    def txn(self) -> "TantivyTxn":
+    def txn(self) -> TantivyTxn:
         if self._txn is None:
             self._txn = TantivyTxn(self.store, self.searcher)
         return self._txn

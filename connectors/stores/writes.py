@@ -13,28 +13,31 @@ the deleted key's tombstone position); its entry's applied count adds the folded
 the floor, or restarts from them when the write is fresh and its first change is new.
 """
 
+from __future__ import annotations
+
 import io
 import json
 from collections.abc import Sequence
-from typing import Any
-
-import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.compute as pc  # type: ignore[import-untyped]
-import pyarrow.json as pj  # type: ignore[import-untyped]
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from connectors.stores.model import (
-    WRITE_SCHEMA,
     Delete,
     JsonObject,
     Put,
     SourceRef,
     Write,
+    write_schema,
     write_table,
 )
-from connectors.stores.positions import key_hashes
 
-NONE = np.iinfo(np.int64).min
+# numpy and Arrow (~0.15 s to import) come with the first batch: a store's read side (its
+# ledger, its queries) imports this module without them.
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+NONE = -(2**63)  # numpy.iinfo(numpy.int64).min
 """A position that is not there (no stored entry, no tombstone) in the guard's columns."""
 
 _REQUIRED = ("collection", "key", "position")
@@ -43,11 +46,14 @@ _REQUIRED = ("collection", "key", "position")
 def conform(table: pa.Table | pa.RecordBatch) -> pa.Table:
     """``table`` with exactly the write table's columns and types (missing optional columns
     null); ValueError naming what is wrong when a required column is missing or null."""
+    import pyarrow as pa
+
+    schema = write_schema()
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     n = table.num_rows
     columns = []
-    for field in WRITE_SCHEMA:
+    for field in schema:
         if field.name in table.column_names:
             column = table[field.name]
             if column.type != field.type:
@@ -64,10 +70,12 @@ def conform(table: pa.Table | pa.RecordBatch) -> pa.Table:
         if field.name in _REQUIRED and column.null_count:
             raise ValueError(f"write table: column {field.name} holds nulls")
         columns.append(column)
-    return pa.Table.from_arrays(columns, schema=WRITE_SCHEMA).combine_chunks()
+    return pa.Table.from_arrays(columns, schema=schema).combine_chunks()
 
 
 def _flags(column: pa.ChunkedArray) -> np.ndarray:
+    import numpy as np
+
     return np.asarray(column.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
@@ -75,6 +83,8 @@ class WriteColumns:
     """A batch's writes as columns (see the module docstring)."""
 
     def __init__(self, table: pa.Table | pa.RecordBatch) -> None:
+        import numpy as np
+
         self.table = conform(table)
         self.n = self.table.num_rows
         self.position = np.asarray(self.table["position"].to_numpy(), dtype=np.int64)
@@ -87,14 +97,19 @@ class WriteColumns:
         self._keys: list[str] | None = None
 
     @classmethod
-    def of(cls, writes: "Sequence[Write] | pa.Table | pa.RecordBatch") -> "WriteColumns":
+    def of(cls, writes: Sequence[Write] | pa.Table | pa.RecordBatch) -> WriteColumns:
         """The columns of a batch's writes, given as the write table or as Put/Delete objects."""
+        import pyarrow as pa
+
         if isinstance(writes, pa.Table | pa.RecordBatch):
             return cls(writes)
         return cls(write_table(list(writes)))
 
     def _changes(self) -> tuple[np.ndarray, np.ndarray]:
         """Offsets and values of each row's changes, null or empty as ``[position]``."""
+        import numpy as np
+        import pyarrow.compute as pc  # type: ignore[import-untyped]
+
         changes = self.table["changes"].combine_chunks()
         lengths = np.asarray(
             pc.list_value_length(changes).fill_null(0).to_numpy(zero_copy_only=False),
@@ -125,6 +140,8 @@ class WriteColumns:
 
     def rows_of(self, collection: str) -> np.ndarray:
         """The rows of one collection, in batch order."""
+        import numpy as np
+
         try:
             code = self.collections.index(collection)
         except ValueError:
@@ -133,6 +150,8 @@ class WriteColumns:
 
     def column(self, name: str, rows: np.ndarray | None = None) -> list[Any]:
         """A column's values as Python objects (of ``rows``: all when None)."""
+        import pyarrow as pa
+
         column = self.table[name]
         if rows is not None:
             column = column.take(pa.array(rows, pa.int64()))
@@ -141,6 +160,12 @@ class WriteColumns:
     def check_unique(self) -> None:
         """At most one write per key of a collection (the fold folds per key): the keys'
         hashes are compared first, the keys themselves only where two hashes are equal."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from connectors.stores.positions import key_hashes
+
         if self.n == 0:
             return
         hashes = key_hashes(self.table["key"])
@@ -166,6 +191,9 @@ class WriteColumns:
 
     def writes(self, rows: Sequence[int] | np.ndarray) -> list[Write]:
         """Rows as Put/Delete objects (one Arrow read for all of them)."""
+        import numpy as np
+        import pyarrow as pa
+
         taken = self.table.take(pa.array(np.asarray(rows, dtype=np.int64), pa.int64()))
         return [_write_of(r) for r in taken.to_pylist()]
 
@@ -203,6 +231,8 @@ def guard(
     ``stored``/``applied``: the stored entry's position and count per row (:data:`NONE`
     position: no entry); ``tomb``: the deleted key's position (:data:`NONE`: no tombstone).
     """
+    import numpy as np
+
     floor = np.maximum(stored, tomb)
     known = floor != NONE
     passed = ~known | (writes.position > floor)
@@ -260,6 +290,10 @@ def entry_objects(
 def _lines(texts: pa.Array) -> bytes:
     """The texts, each followed by a newline, in one buffer (Arrow's element-wise join: no
     Python object and no index array per byte)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     joined = pc.binary_join_element_wise(texts, "", "\n").cast(pa.large_string())
     n = len(joined)
     if n == 0:
@@ -270,20 +304,30 @@ def _lines(texts: pa.Array) -> bytes:
     return b"" if data is None else data.slice(start, end - start).to_pybytes()
 
 
-_OBJECTS = pj.ParseOptions(
-    explicit_schema=pa.schema([]), unexpected_field_behavior="ignore", newlines_in_values=False
-)
+@cache
+def _objects() -> Any:
+    """Arrow's JSON reader options of :func:`_all_objects`."""
+    import pyarrow as pa
+    import pyarrow.json as pj  # type: ignore[import-untyped]
+
+    return pj.ParseOptions(
+        explicit_schema=pa.schema([]), unexpected_field_behavior="ignore", newlines_in_values=False
+    )
 
 
 def _all_objects(texts: pa.Array) -> bool:
     """Whether every text is one JSON object (checked in bulk by Arrow's JSON reader; False
     also when the bulk check cannot tell, e.g. a text spanning lines)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
     if len(texts) == 0:
         return True
     if pc.any(pc.match_substring(texts, "\n")).as_py():
         return False
     try:
-        parsed = pj.read_json(io.BytesIO(_lines(texts)), parse_options=_OBJECTS)
+        parsed = pj.read_json(io.BytesIO(_lines(texts)), parse_options=_objects())
     except (pa.ArrowInvalid, ValueError):
         return False
     return bool(parsed.num_rows == len(texts))
@@ -293,6 +337,9 @@ def entry_texts(writes: WriteColumns, rows: np.ndarray) -> tuple[list[str | None
     """For Put ``rows``: the exact JSON text of each entry's fields and the rows whose fields
     are not a JSON object; only rows with a member, or a batch the bulk check refuses, are
     parsed one by one. Deletes get None."""
+    import numpy as np
+    import pyarrow as pa
+
     take = pa.array(rows, pa.int64())
     texts = writes.table["fields"].combine_chunks().take(take)
     members = writes.table["member"].combine_chunks().take(take)

@@ -190,8 +190,15 @@ def test_command_processor_and_client(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     CommandProcessor(bus, kafka)
     CommandClient(kafka)
+    CommandClient(kafka, one_shot=True)  # `tributary command`'s
     assert_secured(recorder.clients, {"processor consumer", "producer"})
-    assert len(recorder.clients) == 3  # the processor's consumer and producer, the client's
+    # the processor's consumer and producer, the clients'
+    assert len(recorder.clients) == 4
+    client, one_shot = (props for _, props in recorder.clients[2:])
+    assert client["enable.idempotence"] is True
+    assert "enable.idempotence" not in one_shot  # no producer id to wait for, and still
+    assert one_shot["acks"] == "all"  # every replica acknowledges, no retry reorders
+    assert one_shot["max.in.flight.requests.per.connection"] == 1
 
 
 def test_dead_letter_producer(monkeypatch: pytest.MonkeyPatch) -> None:

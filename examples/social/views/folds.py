@@ -33,10 +33,9 @@ from connectors.avro import MAGIC, SchemaCache, event_parts, registry_schemas
 from connectors.schema_registry.errors import RegistryUnavailableError
 from event_store.event import Position, RecordedEvent
 from examples.social.posts import POST_UPCASTERS
+from examples.social.views.entities import FOLLOWS, POSTS, USERS
 from projections.folding import emit, folded_batch, parse_json, records_table, rejections
 from projections.mirror import fold_changes
-
-USERS, POSTS, FOLLOWS = "users", "posts", "follows"
 
 Options = Mapping[str, str]
 

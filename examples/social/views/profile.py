@@ -13,7 +13,7 @@ from typing import Any
 from connectors.stores.base import Collection, StoreTxn
 from connectors.stores.model import Applied, Put
 from connectors.stores.redis import RedisStore
-from examples.social.views.folds import FOLLOWS, POSTS, USERS
+from examples.social.views.entities import FOLLOWS, POSTS, USERS
 from projections.view import Query, QueryParam, View, per_partition
 
 NAME = "profile"

@@ -14,7 +14,7 @@ from typing import Any
 from connectors.stores.base import Collection, StoreTxn
 from connectors.stores.model import Applied, Put
 from connectors.stores.tantivy import SearchField, TantivyStore
-from examples.social.views.folds import POSTS, USERS
+from examples.social.views.entities import POSTS, USERS
 from projections.view import Query, QueryParam, View, per_partition
 
 NAME = "search"

@@ -21,7 +21,7 @@ from connectors.stores.base import Collection, StoreTxn
 from connectors.stores.model import Applied, Put
 from connectors.stores.pg_tables import TypedColumn, TypedTable
 from connectors.stores.postgres import PostgresStore, TableAccess
-from examples.social.views.folds import FOLLOWS, POSTS
+from examples.social.views.entities import FOLLOWS, POSTS
 from projections.view import Query, QueryParam, View, per_partition
 
 NAME = "timeline"

@@ -22,6 +22,9 @@ DRIVERS = ["sqlalchemy", "psycopg", "redis", "confluent_kafka", "pyarrow", "nump
 #: Help and plain bool flags need neither pydantic (typer coerces through it) nor the help's
 #: markdown and traceback rendering.
 HELP = ["pydantic", "typer._adapters", "markdown_it", "pygments"]
+#: The columnar libraries (~0.15 s to import): for the commands that fold or write a batch,
+#: never for those that read the views' definitions and stores (`views`, `query`, `status`).
+ARROW = ["pyarrow", "numpy"]
 #: `status` reads its settings without pydantic-settings (nor pydantic, in HELP); with the
 #: stack down it probes no HTTP endpoint (the standard library's HTTP client, ~20 ms).
 STATUS = ["pydantic_settings", "infra.settings", "http.client", "urllib.request"]
@@ -46,6 +49,17 @@ from infra.commands import load_registry
 registry, _ = load_registry("examples.social:social_registry")
 command = registry.decode("CreatePost", {"post_id": 7, "author_id": 1, "text": "hi"})
 assert registry.route(command).stream_id(command) == "post-7"
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+#: What `tributary views` does before it asks the broker: the configured views, named.
+VIEWS = """
+import json, sys
+from infra.settings_light import light_settings
+from infra.views import views_config
+from spark_streaming.views import configured_views
+views = configured_views(views_config(light_settings()))
+assert {"profile", "search", "timeline"} <= set(views), sorted(views)
 print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 """
 
@@ -93,13 +107,28 @@ def test_status_of_a_stack_that_is_down_imports_no_driver(args: list[str], tmp_p
 
 @pytest.mark.parametrize("args", [["query", "nosuch"]])
 def test_query_imports_no_spark_nor_web_framework(args: list[str], tmp_path: Path) -> None:
-    """Nor pydantic's settings (light ones) nor typer's adapters: its string arguments are
-    coerced as infra.cli_app._PlainParam does. (pydantic itself comes with the example
-    domain's events, which the configured views import.)"""
+    """Nor Arrow, numpy, pydantic's settings (light ones) nor typer's adapters: its string
+    arguments are coerced as infra.cli_app._PlainParam does. Nor pydantic: the views'
+    definitions do not import their folds (the example domain's events). Nor the Redis
+    driver: a store's driver comes with its first request, and no view was asked. Nor the
+    Avro library: the registry's errors come without the registry."""
     modules = imported_by(args, tmp_path)
     assert "spark_streaming.views" in modules  # it built the configured views
+    assert "examples.social.views.profile" in modules
     assert "infra.settings_light" in modules
-    assert loaded(modules, [*NEVER, "sqlalchemy", *STATUS[:2], "typer._adapters"]) == []
+    unwanted = [*NEVER, *ARROW, "fastavro", "sqlalchemy", "redis", *STATUS[:2], *HELP[:2]]
+    assert loaded(modules, unwanted) == []
+
+
+def test_views_are_defined_without_arrow_nor_the_folds(tmp_path: Path) -> None:
+    """What `tributary views` and `status` do before they ask the broker and the stores: the
+    configured views (mirrors and the example's) with their stores, without what only folding
+    and writing a batch need: Arrow, numpy, the folds and the domain's events.
+    (tests/integration/test_cli_imports_stack.py runs the commands against a stack.)"""
+    modules = imported_by([], tmp_path, VIEWS)
+    assert "examples.social.views.profile" in modules
+    unwanted = [*NEVER, *ARROW, "fastavro", "sqlalchemy", "examples.social.views.folds", *HELP[:2]]
+    assert loaded(modules, unwanted) == []
 
 
 def test_command_parses_its_arguments_without_pydantic(tmp_path: Path) -> None:
