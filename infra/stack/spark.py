@@ -9,8 +9,6 @@ imports the installed packages, and the checkpoints are on the local disk every 
 
 import json
 import os
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +35,13 @@ def _spark_env(home: Path, work: Path) -> dict[str, str]:
 
 def _master_state(ui_port: int) -> dict[str, Any] | None:
     """The master's own account of the cluster (its web UI's JSON), or None."""
+    import urllib.request  # imported here: `status` starts fast
+
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as answer:
             state: dict[str, Any] = json.load(answer)
             return state
-    except (OSError, urllib.error.URLError, ValueError):
+    except (OSError, ValueError):  # URLError is an OSError
         return None
 
 
