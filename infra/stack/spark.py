@@ -90,6 +90,11 @@ class SparkMasterService(Service):
             if w.get("state") == "ALIVE" and w.get("host") == "127.0.0.1"
         }
 
+    def running_applications(self) -> int:
+        """How many applications (drivers) the master runs now."""
+        state = _master_state(self.ui_port) or {}
+        return len(state.get("activeapps", []))
+
     # -- how many workers `up --spark-workers N` asked for (kept across `down`) -----------
 
     def recorded_workers(self) -> int:

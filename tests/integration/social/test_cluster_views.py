@@ -1,0 +1,121 @@
+"""The social views on the local stack's Spark cluster (`tributary up --spark-workers 2`):
+`tributary run views` with the default master (`auto`) runs its jobs on the cluster's
+executors; one worker is killed with kill -9 mid-workload (its executor goes with it) and
+the views still end equal to the source of truth."""
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from examples.social.views.reference import expected_profiles, expected_search, expected_timelines
+from infra.polling import Deadline, poll_until
+from infra.settings import Settings, load_settings
+from infra.stack import LocalStack
+from infra.stack.isolated import free_port_block
+from infra.views import views_config
+from spark_streaming.views import configured_views
+from tests.integration.conftest import Endpoints
+from tests.integration.pipeline.views_process import ViewsProcess
+from tests.integration.social.world import Workload, World, source_of_truth
+
+TEST_TIMEOUT_S = 420
+
+
+@pytest.fixture
+def cluster(world: World) -> Iterator[tuple[Settings, LocalStack]]:
+    """The stack's cluster in the world's state folder, where `auto` looks for it."""
+    base = free_port_block(16)
+    settings = load_settings(
+        home=world.settings.home, spark_master_port=base, spark_master_ui_port=base + 1
+    )
+    stack = LocalStack(settings, spark_workers=2)
+    try:
+        stack.up([svc.name for svc in stack.spark])  # the cluster alone: the test has its stack
+        yield settings, stack
+    finally:
+        for svc in reversed(stack.spark):
+            svc.stop()
+
+
+@pytest.mark.timeout(TEST_TIMEOUT_S)
+def test_the_views_run_on_the_stacks_cluster_and_survive_a_worker_killed_mid_batch(
+    world: World, stack: Endpoints, cluster: tuple[Settings, LocalStack]
+) -> None:
+    budget = Deadline(TEST_TIMEOUT_S - 30)
+    spark, local = cluster
+    views = {v.name: v for v in configured_views(views_config(world.settings)).values()}
+    world.cdc.start()
+    world.cdc.wait_running()
+    on_cluster = ViewsProcess(  # the default master, `auto`: the stack's cluster
+        stack,
+        world.views.home,
+        **world.env,
+        SPARK_MASTER_PORT=str(spark.spark_master_port),
+        SPARK_MASTER_UI_PORT=str(spark.spark_master_ui_port),
+    )
+    on_cluster.start()
+    workload = Workload(world.settings)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for _ in range(900):
+                workload.step()
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    writer = threading.Thread(target=run)
+    try:
+        writer.start()
+
+        def batches_on_the_cluster() -> bool:
+            assert on_cluster.alive(), on_cluster.output()
+            timeline = views["timeline"].store
+            return timeline.committed(timeline.live_generation()).batches > 2
+
+        poll_until(batches_on_the_cluster, budget.left(240), "batches on the cluster", 0.5)
+        assert local.spark_master.running_applications() == 1, "the views run on the cluster"
+        worker = local.spark_workers[1].pid()
+        assert worker is not None
+        os.kill(worker, signal.SIGKILL)  # mid-workload: batches keep coming
+        writer.join(budget.left(240))
+        assert not writer.is_alive() and not errors, errors
+        poll_until(  # the master saw it go (its connection dropped)
+            lambda: local.spark_master.alive_workers() == {local.spark_workers[0].port},
+            budget.left(120),
+            "the master to count one worker",
+            0.5,
+        )
+
+        def converged() -> bool:
+            assert on_cluster.alive(), on_cluster.output()
+            truth = source_of_truth(world.dsn)
+            profiles = {int(e.key): dict(e.fields) for e in views["profile"].store.scan("profiles")}
+            keep = ("text", "hashtags", "author_handle", "author_name")
+            docs = {
+                int(e.key): {k: e.fields.get(k) for k in keep}
+                for e in views["search"].store.scan("posts")
+            }
+            with psycopg.connect(world.dsn) as conn:
+                rows = conn.execute(
+                    "SELECT user_id, post_id FROM views.timeline"
+                    " ORDER BY user_id, created_at DESC, post_id DESC"
+                ).fetchall()
+            timelines: dict[int, list[int]] = {}
+            for user_id, post_id in rows:
+                timelines.setdefault(int(user_id), []).append(int(post_id))
+            return (
+                profiles == expected_profiles(truth)
+                and docs == expected_search(truth)
+                and timelines == expected_timelines(truth)
+            )
+
+        poll_until(converged, budget.left(240), "the views to equal the source of truth", 1)
+    finally:
+        if writer.is_alive():
+            writer.join(60)
+        on_cluster.stop()
