@@ -4,15 +4,17 @@ Wire format: :mod:`event_store.command_wire`; the client that sends commands:
 :mod:`event_store.command_client` (both re-exported here).
 
 Position strategy. The processor reads *assigned* partitions (no consumer group: a group
-join costs ~23 s on the local broker, and one processor owns its partitions). For each
+join costs ~23 s on the local broker). Several processors divide the partitions through
+:mod:`connectors.partition_owners` (ownership rows in PostgreSQL, a fence in every write's
+transaction; see :class:`CommandProcessor`); everything below holds per partition. For each
 batch it handles every message through the :class:`CommandBus`, produces each result,
 flushes the producer, and only then stores the next offsets in PostgreSQL
-(``consumer_positions``), with the results topic's offsets after the batch's results in the
-same transaction. A crash anywhere re-reads at most the last batch, which is harmless: the
-bus records every handled command id with its result in the same transaction as its events,
-so a re-read command appends nothing and gets its first result; a restarted processor first
-reads what the results topic gained after the stored offsets, and a command whose result is
-there already is not answered twice. Storing the offset in the command's own transaction
+(``consumer_positions``), with the end of the batch's results on the partition's results
+partition in the same transaction. A crash anywhere re-reads at most the last batch, which
+is harmless: the bus records every handled command id with its result in the same
+transaction as its events, so a re-read command appends nothing and gets its first result; a
+processor taking a partition first reads what its results partition gained after the stored
+offset, and a command whose result is there already is not answered twice. Storing the offset in the command's own transaction
 instead would lose the result of a command committed just before a crash. Messages without a
 usable command id cannot be recorded; they are rejected again, identically, and nothing is
 stored for them.
