@@ -14,10 +14,10 @@ partition in the same transaction. A crash anywhere re-reads at most the last ba
 is harmless: the bus records every handled command id with its result in the same
 transaction as its events, so a re-read command appends nothing and gets its first result; a
 processor taking a partition first reads what its results partition gained after the stored
-offset, and a command whose result is there already is not answered twice. Storing the offset in the command's own transaction
-instead would lose the result of a command committed just before a crash. Messages without a
-usable command id cannot be recorded; they are rejected again, identically, and nothing is
-stored for them.
+offset, and a command whose result is there already is not answered twice. Storing the
+offset in the command's own transaction instead would lose the result of a command committed
+just before a crash. Messages without a usable command id cannot be recorded; they are
+rejected again, identically, and nothing is stored for them.
 
 Fetch wait. The consumer's fetch wait starts short and lengthens when fetches stop bringing
 records below a partition's end (Tansu lists a partition's batches only as long as the wait
