@@ -361,6 +361,9 @@ FENCE_SQL = (
 def owners(dsn: str, group: str) -> dict[int, tuple[str | None, int]]:
     """Each partition's owner and epoch now (for status and tests)."""
     with psycopg.connect(dsn, connect_timeout=10) as conn:
+        found = conn.execute("SELECT to_regclass(%s)", (f"{SCHEMA}.partition_owners",)).fetchone()
+        if found is None or found[0] is None:
+            return {}  # no processor has started yet
         rows = conn.execute(
             f"SELECT partition, owner, epoch FROM {SCHEMA}.partition_owners WHERE grp = %s",
             (group,),
