@@ -353,8 +353,8 @@ class CommandProcessor:
             self._next_rebalance = time.monotonic() + self.rebalance_every_s
             self._drop(self.ownership.lost())
             give_back, taken = self.ownership.rebalance()
-            if give_back:
-                self._drop(set(give_back))
+            if give_back:  # stop reading them, then free them (release needs their epochs)
+                self._drop(set(give_back), forget=False)
                 self.ownership.release(give_back)
             if taken:
                 self._take(sorted(taken))
@@ -389,12 +389,12 @@ class CommandProcessor:
         if self.ownership is not None:
             log.info("%s: now reading partitions %s", self.group, sorted(self._reading))
 
-    def _drop(self, partitions: set[int]) -> None:
-        """Stop reading partitions (lost or given back)."""
+    def _drop(self, partitions: set[int], forget: bool = True) -> None:
+        """Stop reading partitions (lost, refused by their fence, or to be given back)."""
         gone = partitions & self._reading
         if not gone:
             return
-        if self.ownership is not None:
+        if self.ownership is not None and forget:
             self.ownership.forget(gone)
         self._consumer.reassign([], [(self.topics.commands, p) for p in gone])
         self._reading -= gone
