@@ -129,7 +129,7 @@ def fleet(
             except subprocess.TimeoutExpired:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(30)
-        TopicAdmin(kafka).delete(*command_topics(settings))
+        TopicAdmin(kafka).delete(settings.commands_topic, settings.command_results_topic)
         with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE {database} WITH (FORCE)")  # type: ignore[arg-type]
 
