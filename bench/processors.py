@@ -19,8 +19,8 @@ a second member joining (both assigned), and the first leaving (the second ownin
 
 Measured (2 rounds of 3,000 commands, a 2-core machine, the memory broker): one processor
 375 and 459 commands/s, two 635 and 1,138 (1.7x and 2.5x in the same round). More than
-twice is possible on two cores because a processor is not CPU-bound alone: each command
-waits for two PostgreSQL round trips, which another processor fills. The Kafka group on
+twice on two cores probably because a lone processor is not CPU-bound: each command waits
+for two PostgreSQL round trips, which another processor's work fills; the rounds vary. The Kafka group on
 the same broker: first member assigned after 3.0 s, a joiner divided after 11.1 s, a
 leaver's partitions moved in 4.0 s; the processors divided theirs 1.5-2.2 s after the second
 was started (its start-up included).
