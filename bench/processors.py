@@ -17,10 +17,12 @@ confluent-kafka consumers with ``partition.assignment.strategy=cooperative-stick
 smallest session timeout the broker allows by default (6 s): the first member's assignment,
 a second member joining (both assigned), and the first leaving (the second owning all).
 
-Measured (2 rounds of 3,000 commands, a 2-core machine, the memory broker): one processor
-375 and 459 commands/s, two 635 and 1,138 (1.7x and 2.5x in the same round). More than
-twice on two cores probably because a lone processor is not CPU-bound: each command waits
-for two PostgreSQL round trips, which another processor's work fills; the rounds vary. The Kafka group on
+Measured (rounds of 3,000 commands, a 2-core machine, the memory broker, two runs): one
+processor 375-552 commands/s (median of 5 rounds 467), two 635-1,138 (median 760; in the
+same round 1.4x-2.5x, median 1.5x), three 434-756 (3 rounds): on two cores the curve flattens
+at two processors and falls at three, which share the cores with PostgreSQL, the broker
+and each other. Two gain because a lone processor is not CPU-bound (each command waits for
+two PostgreSQL round trips, which the other's work fills). The Kafka group on
 the same broker: first member assigned after 3.0 s, a joiner divided after 11.1 s, a
 leaver's partitions moved in 4.0 s; the processors divided theirs 1.5-2.2 s after the second
 was started (its start-up included).
