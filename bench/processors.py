@@ -30,6 +30,7 @@ was started (its start-up included).
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -279,6 +280,7 @@ def main() -> None:
             )
     finally:
         stack.down(purge=True)
+        shutil.rmtree(settings.home.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":
