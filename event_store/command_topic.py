@@ -161,7 +161,10 @@ class CommandProcessor:
     more for it. The result of a command read from partition ``p`` goes to partition
     ``p mod n`` of ``command-results`` (``n`` its partitions): the results a partition's
     owners published are on one partition, so a new owner reads only that one to learn which
-    results its predecessor published after its last stored batch.
+    results its predecessor published after its last stored batch. (Not fenced: a result a
+    paused processor had handed to its producer but not yet sent goes out when it wakes; if
+    the new owner read the partition before that, the command is answered twice, never
+    stored twice.)
     """
 
     def __init__(
