@@ -51,10 +51,17 @@ from psycopg import IsolationLevel
 from psycopg.pq import TransactionStatus
 from sqlalchemy import Connection, select
 
+from connectors.partition_owners import FENCED_SQLSTATE
 from event_store import prepared
 from event_store.aggregate import Aggregate
 from event_store.command import Accepted, Command, CommandResult, Rejected, result_from_json
-from event_store.errors import CommandRejected, ConcurrencyError, EventStoreError, StorageError
+from event_store.errors import (
+    CommandRejected,
+    ConcurrencyError,
+    EventStoreError,
+    FencedError,
+    StorageError,
+)
 from event_store.event import NewEvent
 from event_store.faults import brief, command_fault, storable_text, traceback_of
 from event_store.prepared import Statement, StatementsLost, int8
@@ -66,6 +73,23 @@ from event_store.store import AppendStatements, EventStore
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+
+#: A fencing check run in the transaction of every write of a command, before the write: a
+#: statement with ``%(name)s`` parameters and their values. It raises SQLSTATE ``TRF01``
+#: when the writer no longer owns what it writes for (``connectors.partition_owners``);
+#: the write is then refused with :class:`~event_store.errors.FencedError`.
+Fence = tuple[str, Mapping[str, Any]]
+
+
+def _fence_step(fence: Fence | None) -> list[prepared.Step]:
+    return [] if fence is None else [(Statement.of(fence[0]), fence[1])]
+
+
+def _fenced(exc: psycopg.Error, command_id: str) -> FencedError | None:
+    if exc.sqlstate != FENCED_SQLSTATE:
+        return None
+    return FencedError(f"command {brief(command_id)} not stored: {exc}", exc.sqlstate)
+
 
 UNSTORABLE_ID = (
     "the database cannot store this command: its command_id holds a NUL character or a lone "
@@ -236,20 +260,24 @@ class CommandBus:
         self.conflicts = 0  # optimistic-concurrency conflicts met (each retried or given up)
         self._sql = _CommandStatements(store.tables.schema)
 
-    def send(self, command: Command, command_id: str | None = None) -> CommandResult:
+    def send(
+        self, command: Command, command_id: str | None = None, fence: Fence | None = None
+    ) -> CommandResult:
         """Handle ``command``; the same ``command_id`` again returns the first result.
 
         An exception the command caused (see :mod:`event_store.faults`) is answered and
         recorded as its rejection; infrastructure failures raise, and so does a
-        :class:`ConcurrencyError` that outlasted ``max_retries``.
+        :class:`ConcurrencyError` that outlasted ``max_retries``. ``fence`` (see
+        :data:`Fence`) runs in the transaction of each of the command's writes; when it
+        refuses, nothing is stored and :class:`FencedError` is raised.
         """
         command_id = command_id or str(uuid.uuid4())
         route = self.registry.route(command)
         if storable_text(command_id) != command_id:
-            return self._reject(command, command_id, route, UNSTORABLE_ID)
+            return self._reject(command, command_id, route, UNSTORABLE_ID, fence)
         for attempt in range(self.max_retries + 1):
             try:
-                return self._attempt(command, command_id, route)
+                return self._attempt(command, command_id, route, fence)
             except (ConcurrencyError, StatementsLost) as exc:
                 if isinstance(exc, ConcurrencyError):
                     self.conflicts += 1
@@ -266,7 +294,7 @@ class CommandBus:
                     reason,
                     traceback_of(exc),
                 )
-                return self._reject(command, command_id, route, reason)
+                return self._reject(command, command_id, route, reason, fence)
         raise AssertionError("unreachable")
 
     def previous_result(self, command_id: str) -> CommandResult | None:
@@ -300,7 +328,12 @@ class CommandBus:
         return aggregate
 
     def _reject(
-        self, command: Command, command_id: str, route: Route[Any, Any], reason: str
+        self,
+        command: Command,
+        command_id: str,
+        route: Route[Any, Any],
+        reason: str,
+        fence: Fence | None = None,
     ) -> CommandResult:
         """Record ``reason`` as the command's rejection and answer it (or the result a twin
         recorded first), in a statement of its own: the command's transaction, if it got
@@ -330,7 +363,12 @@ class CommandBus:
         for attempt in (1, 2):
             try:
                 with self._session() as (_, driver):
-                    prepared.run(driver, (Statement.of(self._sql.record), params))
+                    record = (Statement.of(self._sql.record), params)
+                    if fence is None:
+                        prepared.run(driver, record)
+                    else:
+                        steps = [(self._begin(driver), None), *_fence_step(fence), record]
+                        prepared.run(driver, *steps, (b"COMMIT", None))
                 return result
             except StatementsLost:
                 if attempt == 2:
@@ -341,6 +379,9 @@ class CommandBus:
                     raise AssertionError(f"command {key} was recorded, then vanished") from exc
                 return replace(previous, command_id=command_id)
             except psycopg.Error as exc:
+                refused = _fenced(exc, key)
+                if refused is not None:
+                    raise refused from exc
                 if command_fault(exc) is None:
                     raise StorageError(
                         f"recording command {brief(key)} failed: {exc}", exc.sqlstate
@@ -355,9 +396,11 @@ class CommandBus:
 
     # -- one attempt -------------------------------------------------------------------
 
-    def _attempt(self, command: Command, command_id: str, route: Route[Any, Any]) -> CommandResult:
+    def _attempt(
+        self, command: Command, command_id: str, route: Route[Any, Any], fence: Fence | None
+    ) -> CommandResult:
         try:
-            return self._transaction(command, command_id, route)
+            return self._transaction(command, command_id, route, fence)
         except _RecordedByTwin:
             previous = self.previous_result(command_id)
             if previous is None:
@@ -394,7 +437,7 @@ class CommandBus:
         return b" ".join(parts)
 
     def _transaction(
-        self, command: Command, command_id: str, route: Route[Any, Any]
+        self, command: Command, command_id: str, route: Route[Any, Any], fence: Fence | None
     ) -> CommandResult:
         stream_id = route.stream_id(command)
         aggregate_type = route.aggregate_type
@@ -416,9 +459,9 @@ class CommandBus:
                 route.handle(aggregate, command, context)
             except CommandRejected as rejection:
                 result: CommandResult = Rejected(command_id, rejection.reason)
-                self._commit(driver, command, command_id, stream_id, result, None, None)
+                self._commit(driver, command, command_id, stream_id, result, None, None, fence)
                 return result
-            return self._accept(driver, command, command_id, aggregate, loaded_version)
+            return self._accept(driver, command, command_id, aggregate, loaded_version, fence)
 
     def _begin_and_load(
         self,
@@ -494,6 +537,7 @@ class CommandBus:
         command_id: str,
         aggregate: Aggregate[Any],
         loaded_version: int,
+        fence: Fence | None,
     ) -> Accepted:
         metadata = {"command_id": command_id, "command_type": command.command_name}
         new_events = [self.registry.codec.encode(e, metadata) for e in aggregate.pending]
@@ -507,7 +551,9 @@ class CommandBus:
             position=None,  # known once appended: the record statement fills it in
         )
         if not new_events:
-            self._commit(driver, command, command_id, aggregate.stream_id, accepted, None, None)
+            self._commit(
+                driver, command, command_id, aggregate.stream_id, accepted, None, None, fence
+            )
             return accepted
         self.attempts += 1
         snapshot = None
@@ -525,6 +571,7 @@ class CommandBus:
             accepted,
             (new_events, loaded_version, aggregate.stream_type),
             snapshot,
+            fence,
         )
         appended = self.store.append_result(aggregate.stream_id, new_events, loaded_version, rows)
         return Accepted(
@@ -545,6 +592,7 @@ class CommandBus:
         result: CommandResult,
         append: tuple[Sequence[NewEvent], int, str] | None,
         snapshot: dict[str, Any] | None,
+        fence: Fence | None = None,
     ) -> list[tuple[int, int]]:
         """The writes and COMMIT in one round trip; the append's ``(transaction_id,
         position)`` rows (none when its guard found the stream moved: then nothing was
@@ -564,15 +612,19 @@ class CommandBus:
             )
             statement = self._sql.write(append_sql, snapshot is not None)
             params |= append_params | (snapshot or {})
+        checks = _fence_step(fence)
         try:
-            results = prepared.run(driver, (statement, params), (b"COMMIT", None))
+            results = prepared.run(driver, *checks, (statement, params), (b"COMMIT", None))
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name == "commands_pkey":
                 raise _RecordedByTwin from exc
             raise self.store.append_error(exc, stream_id, expected) from exc
         except psycopg.Error as exc:
+            refused = _fenced(exc, command_id)
+            if refused is not None:
+                raise refused from exc
             raise self.store.append_error(exc, stream_id, expected) from exc
-        return [(int8(tx), int8(seq)) for tx, seq in prepared.rows(results[0])]
+        return [(int8(tx), int8(seq)) for tx, seq in prepared.rows(results[len(checks)])]
 
     def _previous(self, conn: Connection, command_id: str) -> CommandResult | None:
         t = self.store.tables.commands

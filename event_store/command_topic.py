@@ -4,18 +4,20 @@ Wire format: :mod:`event_store.command_wire`; the client that sends commands:
 :mod:`event_store.command_client` (both re-exported here).
 
 Position strategy. The processor reads *assigned* partitions (no consumer group: a group
-join costs ~23 s on the local broker, and one processor owns its partitions). For each
+join costs ~23 s on the local broker). Several processors divide the partitions through
+:mod:`connectors.partition_owners` (ownership rows in PostgreSQL, a fence in every write's
+transaction; see :class:`CommandProcessor`); everything below holds per partition. For each
 batch it handles every message through the :class:`CommandBus`, produces each result,
 flushes the producer, and only then stores the next offsets in PostgreSQL
-(``consumer_positions``), with the results topic's offsets after the batch's results in the
-same transaction. A crash anywhere re-reads at most the last batch, which is harmless: the
-bus records every handled command id with its result in the same transaction as its events,
-so a re-read command appends nothing and gets its first result; a restarted processor first
-reads what the results topic gained after the stored offsets, and a command whose result is
-there already is not answered twice. Storing the offset in the command's own transaction
-instead would lose the result of a command committed just before a crash. Messages without a
-usable command id cannot be recorded; they are rejected again, identically, and nothing is
-stored for them.
+(``consumer_positions``), with the end of the batch's results on the partition's results
+partition in the same transaction. A crash anywhere re-reads at most the last batch, which
+is harmless: the bus records every handled command id with its result in the same
+transaction as its events, so a re-read command appends nothing and gets its first result; a
+processor taking a partition first reads what its results partition gained after the stored
+offset, and a command whose result is there already is not answered twice. Storing the
+offset in the command's own transaction instead would lose the result of a command committed
+just before a crash. Messages without a usable command id cannot be recorded; they are
+rejected again, identically, and nothing is stored for them.
 
 Fetch wait. The consumer's fetch wait starts short and lengthens when fetches stop bringing
 records below a partition's end (Tansu lists a partition's batches only as long as the wait
@@ -35,7 +37,9 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+import sqlalchemy.exc
 from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
 
 from connectors.errors import KafkaError, TopicRewoundError
@@ -44,7 +48,9 @@ from connectors.kafka.config import ClientValue
 from connectors.kafka.following import Follower
 from connectors.kafka.producing import IDEMPOTENT, Deliveries
 from connectors.kafka.reading import read_tail
-from event_store.bus import CommandBus
+from connectors.partition_owners import PartitionFencedError
+from connectors.partition_owners import fenced as fenced_error
+from event_store.bus import CommandBus, Fence
 from event_store.command import CommandResult, Rejected
 from event_store.command_client import CommandClient, ResultWaiter
 from event_store.command_wire import (
@@ -58,12 +64,16 @@ from event_store.consumer_positions import ConsumerPositions
 from event_store.errors import (
     ConcurrencyError,
     EventStoreError,
+    FencedError,
     MalformedCommandError,
     StorageError,
 )
 from event_store.faults import brief, command_fault, traceback_of
 from event_store.outcomes import CommandObserver, CommandOutcome, Outcome
 from event_store.prepared import StatementsLost
+
+if TYPE_CHECKING:
+    from connectors.partition_owners import Ownership
 
 __all__ = [
     "MAX_COMMAND_ID_CHARS",
@@ -93,14 +103,16 @@ def handle_message(bus: CommandBus, value: bytes | None) -> CommandResult:
     return _handle(bus, value)[0]
 
 
-def _handle(bus: CommandBus, value: bytes | None) -> tuple[CommandResult, Outcome]:
+def _handle(
+    bus: CommandBus, value: bytes | None, fence: Fence | None = None
+) -> tuple[CommandResult, Outcome]:
     try:
         envelope = parse_envelope(value)
     except MalformedCommandError as exc:
         return Rejected(exc.command_id, exc.reason), "rejected"
     try:
         command = bus.registry.decode(envelope.type, envelope.data)
-        result = bus.send(command, envelope.command_id)
+        result = bus.send(command, envelope.command_id, fence)
         return result, "rejected" if isinstance(result, Rejected) else "accepted"
     except ConcurrencyError as exc:
         return Rejected(envelope.command_id, f"gave up after retries: {exc}"), "conflicting"
@@ -139,6 +151,20 @@ class CommandProcessor:
     ``consumer_name`` (asynchronously, never read back), so ``kafka-consumer-groups``, Kafka UI
     and Burrow show the processor's lag. ``observer`` hears of every command handled
     (:class:`~event_store.outcomes.CommandOutcome`, entry ``topic``).
+
+    Alone (no ``ownership``), it reads every partition (or ``partitions``). With an
+    :class:`~connectors.partition_owners.Ownership`, several processors share the topic: each
+    reads the partitions its ownership holds, takes and gives back partitions as processors
+    join and leave (between batches), and every write it makes for a partition — each
+    command's transaction, the stored positions — carries the partition's fence, so a
+    processor that lost a partition (paused past the timeout, then resumed) stores nothing
+    more for it. The result of a command read from partition ``p`` goes to partition
+    ``p mod n`` of ``command-results`` (``n`` its partitions): the results a partition's
+    owners published are on one partition, so a new owner reads only that one to learn which
+    results its predecessor published after its last stored batch. (Not fenced: a result a
+    paused processor had handed to its producer but not yet sent goes out when it wakes; if
+    the new owner read the partition before that, the command is answered twice, never
+    stored twice.)
     """
 
     def __init__(
@@ -150,6 +176,8 @@ class CommandProcessor:
         partitions: Sequence[int] | None = None,
         batch_size: int = PROCESSOR_BATCH,
         observer: CommandObserver | None = None,
+        ownership: "Ownership | None" = None,
+        rebalance_every_s: float = 0.5,
     ) -> None:
         self.bus = bus
         self.group = consumer_name
@@ -160,6 +188,9 @@ class CommandProcessor:
         self.positions = ConsumerPositions(bus.store.tables, consumer_name)
         self.batch_size = batch_size
         self.handled = 0
+        self.ownership = ownership
+        self.rebalance_every_s = rebalance_every_s
+        self._next_rebalance = 0.0
         self._stop = threading.Event()
         self._consumer = Follower(
             kafka,
@@ -170,7 +201,15 @@ class CommandProcessor:
         self._producer = Producer(kafka.client_properties(**PROCESSOR_PRODUCER))
         self._partitions = list(partitions) if partitions is not None else None
         self._assigned = False
-        self._published: set[bytes] = set()  # results on the topic the saved batches lack
+        self._results_partitions = 0
+        self._reading: set[int] = set()  # the commands partitions read now
+        # per commands partition: results on the topic its saved batches lack
+        self._published: dict[int, set[bytes]] = {}
+
+    @property
+    def reading(self) -> set[int]:
+        """The partitions of ``commands`` this processor reads now."""
+        return set(self._reading)
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current batch (thread-safe)."""
@@ -194,6 +233,7 @@ class CommandProcessor:
             return 0
         messages = [first, *self._consumer.consume(self.batch_size - 1, 0)]
         next_offsets: dict[int, int] = {}
+        fenced: set[int] = set()
         handled = 0
         deliveries = Deliveries()
         for msg in messages:
@@ -203,43 +243,86 @@ class CommandProcessor:
                     raise KafkaError(f"consuming {self.topics.commands}: {err.str()}", err.name())
                 log.warning("consume error on %s: %s", self.topics.commands, err.str())
                 continue
-            result = self._handle(msg.value())
+            partition, offset = msg.partition(), msg.offset()
+            if partition is None or offset is None or partition in fenced:
+                continue
+            try:
+                result = self._handle(msg.value(), self._fence(partition))
+            except (FencedError, PartitionFencedError) as exc:
+                log.warning("partition %d lost, its command not handled here: %s", partition, exc)
+                fenced.add(partition)
+                continue
             # a command id read from JSON may hold a lone surrogate: keep it, byte for byte
             key = (
                 None
                 if result.command_id is None
                 else result.command_id.encode("utf-8", "surrogatepass")
             )
-            if key is not None and key in self._published:
-                self._published.discard(key)  # published before a crash: not twice
+            published = self._published.setdefault(partition, set())
+            if key is not None and key in published:
+                published.discard(key)  # published before a crash: not twice
             else:
                 self._producer.produce(
                     self.topics.results,
                     key=key,
                     value=json.dumps(result.to_json()).encode(),
+                    partition=self._results_partition(partition),
                     on_delivery=deliveries,
                 )
                 self._producer.poll(0)
-            partition, offset = msg.partition(), msg.offset()
-            if partition is not None and offset is not None:
-                next_offsets[partition] = offset + 1
+            next_offsets[partition] = offset + 1
             handled += 1
-        if not next_offsets:
-            return 0
-        failure = deliveries.confirm(self._producer, 30)
-        if failure is not None:  # not acknowledged: stop before saving positions, re-read
-            raise KafkaError(f"results not delivered to {self.topics.results}: {failure}")
-        published = {p: end for (t, p), end in deliveries.ends.items() if t == self.topics.results}
-        with self.bus.store.engine.begin() as conn:
-            self.positions.save(conn, self.topics.commands, next_offsets)
-            self.positions.save(conn, self.topics.results, published)
-        self._commit_group(next_offsets)
+        if next_offsets:
+            failure = deliveries.confirm(self._producer, 30)
+            if failure is not None:  # not acknowledged: stop before saving positions, re-read
+                raise KafkaError(f"results not delivered to {self.topics.results}: {failure}")
+        ends = {p: end for (t, p), end in deliveries.ends.items() if t == self.topics.results}
+        saved = self._save(next_offsets, ends, fenced)
+        self._drop(fenced)
+        self._commit_group(saved)
         self.handled += handled
         return handled
 
-    def _handle(self, value: bytes | None) -> CommandResult:
+    def _fence(self, partition: int) -> Fence | None:
+        return None if self.ownership is None else self.ownership.fence(partition)
+
+    def _results_partition(self, partition: int) -> int:
+        return partition % self._results_partitions
+
+    def _save(
+        self, next_offsets: dict[int, int], ends: dict[int, int], fenced: set[int]
+    ) -> dict[int, int]:
+        """Store each partition's next offset with the end of its results (the mark a new
+        owner reads the results topic from), each partition in a transaction of its own with
+        its fence; a partition the fence refuses is added to ``fenced``."""
+        saved: dict[int, int] = {}
+        for partition, offset in sorted(next_offsets.items()):
+            if partition in fenced:
+                continue
+            end = ends.get(self._results_partition(partition))
+            try:
+                with self.bus.store.engine.begin() as conn:
+                    fence = self._fence(partition)
+                    if fence is not None:
+                        conn.exec_driver_sql(fence[0], dict(fence[1]))
+                    self.positions.save(conn, self.topics.commands, {partition: offset})
+                    if end is not None:
+                        self.positions.save(conn, self.topics.results, {partition: end})
+            except sqlalchemy.exc.DBAPIError as exc:
+                if not (isinstance(exc.orig, BaseException) and fenced_error(exc.orig)):
+                    raise
+                log.warning("partition %d lost, its positions not stored: %s", partition, exc)
+                fenced.add(partition)
+                continue
+            except PartitionFencedError:
+                fenced.add(partition)
+                continue
+            saved[partition] = offset
+        return saved
+
+    def _handle(self, value: bytes | None, fence: Fence | None = None) -> CommandResult:
         began, conflicts = time.perf_counter(), self.bus.conflicts
-        result, outcome = _handle(self.bus, value)
+        result, outcome = _handle(self.bus, value, fence)
         if self.observer is not None:
             took = time.perf_counter() - began
             self.observer(CommandOutcome("topic", outcome, took, self.bus.conflicts - conflicts))
@@ -247,6 +330,8 @@ class CommandProcessor:
 
     def _commit_group(self, next_offsets: dict[int, int]) -> None:
         """Show the stored positions to lag tools (best effort: a failure is logged once)."""
+        if not next_offsets:
+            return
         parts = [TopicPartition(self.topics.commands, p, o) for p, o in next_offsets.items()]
         try:
             self._consumer.consumer.commit(offsets=parts, asynchronous=True)
@@ -258,32 +343,77 @@ class CommandProcessor:
     def close(self) -> None:
         self._producer.flush(30)
         self._consumer.close()
+        if self.ownership is not None:
+            self.ownership.leave()
 
     def _assign(self) -> None:
-        if self._assigned:
-            return
+        if not self._assigned:
+            self._partitions = self._metadata()
+            self._assigned = True
+            if self.ownership is None:
+                self._take(self._partitions)
+        if self.ownership is not None and time.monotonic() >= self._next_rebalance:
+            self._next_rebalance = time.monotonic() + self.rebalance_every_s
+            self._drop(self.ownership.lost())
+            give_back, taken = self.ownership.rebalance()
+            if give_back:  # stop reading them, then free them (release needs their epochs)
+                self._drop(set(give_back), forget=False)
+                self.ownership.release(give_back)
+            if taken:
+                self._take(sorted(taken))
+
+    def _metadata(self) -> list[int]:
+        """The partitions of ``commands`` (those asked for, if any); notes the results'."""
+        found: dict[str, list[int]] = {}
+        for topic in (self.topics.commands, self.topics.results):
+            metadata = self._consumer.consumer.list_topics(topic, timeout=15)
+            info = metadata.topics.get(topic)
+            if info is None or info.error is not None or not info.partitions:
+                raise KafkaError(f"topic {topic} does not exist: run `tributary run commands` once")
+            found[topic] = sorted(info.partitions)
+        self._results_partitions = len(found[self.topics.results])
+        return self._partitions or found[self.topics.commands]
+
+    def _take(self, partitions: list[int]) -> None:
+        """Start reading ``partitions`` from their stored positions, knowing which results
+        their previous owners published after their last stored batch."""
         topic = self.topics.commands
-        metadata = self._consumer.consumer.list_topics(topic, timeout=15)
-        info = metadata.topics.get(topic)
-        if info is None or info.error is not None or not info.partitions:
-            raise KafkaError(f"topic {topic} does not exist: run `tributary run commands` once")
-        partitions = self._partitions or sorted(info.partitions)
         with self.bus.store.engine.connect() as conn:
             stored = self.positions.load(conn, topic)
             marks = self.positions.load(conn, self.topics.results)
-        if marks or not stored:  # (positions without marks: saved by an older version)
-            self._published = self._published_since(marks)
-        self._consumer.assign(
-            [TopicPartition(topic, p, stored.get(p, OFFSET_BEGINNING)) for p in partitions]
+        for p in partitions:
+            # (a position without a mark: saved by an older version, which kept no marks)
+            if p in marks or p not in stored:
+                self._published[p] = self._published_since(p, marks.get(p))
+        self._consumer.reassign(
+            [TopicPartition(topic, p, stored.get(p, OFFSET_BEGINNING)) for p in partitions], []
         )
-        self._assigned = True
+        self._reading.update(partitions)
+        if self.ownership is not None:
+            log.info("%s: now reading partitions %s", self.group, sorted(self._reading))
 
-    def _published_since(self, marks: dict[int, int]) -> set[bytes]:
-        """The keys of the results the topic gained after the last saved batch: a processor
-        that died before it saved its positions published them, and their commands come
-        again. Empty when the topic ends below a mark (recreated, or records lost)."""
+    def _drop(self, partitions: set[int], forget: bool = True) -> None:
+        """Stop reading partitions (lost, refused by their fence, or to be given back)."""
+        gone = partitions & self._reading
+        if not gone:
+            return
+        if self.ownership is not None and forget:
+            self.ownership.forget(gone)
+        self._consumer.reassign([], [(self.topics.commands, p) for p in gone])
+        self._reading -= gone
+        for p in gone:
+            self._published.pop(p, None)
+        log.info("%s: stopped reading partitions %s", self.group, sorted(gone))
+
+    def _published_since(self, partition: int, mark: int | None) -> set[bytes]:
+        """The keys of the results its partition of the results topic gained after the last
+        saved batch: a processor that died before it saved its positions published them, and
+        their commands come again. Empty when the topic ends below the mark (recreated, or
+        records lost)."""
+        results = self._results_partition(partition)
+        since = {} if mark is None else {results: mark}
         try:
-            tail = read_tail(self.kafka, self.topics.results, marks)
+            tail = read_tail(self.kafka, self.topics.results, since, only=[results])
         except TopicRewoundError as exc:
             log.warning("results published before a restart are not known: %s", exc)
             return set()

@@ -32,6 +32,11 @@ class StorageError(EventStoreError):
         self.sqlstate = sqlstate
 
 
+class FencedError(StorageError):
+    """The write's fence refused it (its writer no longer owns what it wrote for: another
+    instance took it over); nothing of the command was stored."""
+
+
 class SchemaMissingError(StorageError):
     """The store's tables are not there: run ``create_schema`` (``tributary run-commands`` does)."""
 

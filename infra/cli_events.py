@@ -28,10 +28,12 @@ if TYPE_CHECKING:
 def run_commands(s: "Settings", metrics_port: int | None = None) -> None:
     """Create what is missing (schema, topics, the domain's tables), then process commands;
     the processor's metrics are served on ``metrics_port`` (default: the setting)."""
+    from connectors.partition_owners import prepare as prepare_ownership
     from connectors.postgres import make_engine
     from event_store.command_topic import CommandProcessor, ensure_topics
     from infra.commands import (
         command_bus,
+        command_ownership,
         command_topics,
         load_registry,
         prepare_database,
@@ -40,6 +42,7 @@ def run_commands(s: "Settings", metrics_port: int | None = None) -> None:
     from infra.telemetry.commands import CommandMetrics
     from infra.telemetry.endpoint import part_registry, serve_part_metrics
 
+    prepare_ownership(s.postgres().dsn)  # the database first: the partitions are owned there
     registry, module = load_registry(s.command_handlers)
     register_schemas(s, registry)  # before anything: an incompatible event type stops here
     engine = make_engine(s.postgres())
@@ -51,8 +54,14 @@ def run_commands(s: "Settings", metrics_port: int | None = None) -> None:
     metrics = part_registry()
     counts = CommandMetrics(metrics, "topic")
     endpoint = serve_part_metrics(s, "commands", metrics, metrics_port)
+    ownership = command_ownership(s, kafka)
     processor = CommandProcessor(
-        bus, kafka, topics, consumer_name=s.command_processor_name, observer=counts.observe
+        bus,
+        kafka,
+        topics,
+        consumer_name=s.command_processor_name,
+        observer=counts.observe,
+        ownership=ownership,
     )
 
     def stop(signum: int, frame: FrameType | None) -> None:
@@ -62,7 +71,8 @@ def run_commands(s: "Settings", metrics_port: int | None = None) -> None:
     signal.signal(signal.SIGINT, stop)
     console.print(
         f"processing {topics.commands} → {topics.results} "
-        f"(handlers {s.command_handlers}, store schema {s.event_store_schema})"
+        f"(handlers {s.command_handlers}, store schema {s.event_store_schema}; member"
+        f" {ownership.member} of {ownership.group}, timeout {ownership.timeout_s:g} s)"
     )
     if endpoint is not None:
         console.print(f"metrics at {endpoint.url}")

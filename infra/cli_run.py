@@ -25,9 +25,9 @@ def lease_name(component: str, s: "Settings") -> str | None:
     """The lease a component holds while it runs (None: copies may run side by side)."""
     if component == "cdc":
         return f"cdc:{s.cdc_connector_name}"
-    if component == "commands":
-        return f"commands:{s.command_processor_name}:{s.commands_topic}"
-    return None  # views take one lease per view (infra.cli_views); the HTTP API scales out
+    # command processors divide the partitions among themselves (infra.commands); views take
+    # one lease per view (infra.cli_views); the HTTP API scales out
+    return None
 
 
 def _run_foreground(component: str, s: "Settings", metrics_port: int | None) -> None:

@@ -11,13 +11,17 @@ from tributary.errors import TributaryError
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
+    from connectors.kafka import KafkaConfig
+    from connectors.partition_owners import Ownership
     from event_store import CommandBus, CommandRegistry
     from infra.settings import Settings
 
 __all__ = [
     "command_bus",
+    "command_ownership",
     "command_topics",
     "load_registry",
+    "ownership_group",
     "prepare_database",
     "register_schemas",
 ]
@@ -76,3 +80,21 @@ def command_bus(s: "Settings", engine: "Engine", registry: "CommandRegistry") ->
         SnapshotPolicy(s.event_store_snapshot_every),
         max_retries=s.event_store_max_retries,
     )
+
+
+def ownership_group(s: "Settings") -> str:
+    """The group the command processors of these settings divide the partitions in."""
+    return f"commands:{s.command_processor_name}:{s.commands_topic}"
+
+
+def command_ownership(s: "Settings", kafka: "KafkaConfig") -> "Ownership":
+    """This processor's membership of its group (joined): the partitions of ``commands`` are
+    divided among every processor running with the same name and topic."""
+    from connectors.kafka import TopicAdmin
+    from connectors.partition_owners import Ownership
+
+    partitions = TopicAdmin(kafka).partition_count(s.commands_topic)
+    if not partitions:
+        raise TributaryError(f"topic {s.commands_topic} does not exist")
+    group = ownership_group(s)
+    return Ownership(s.postgres().dsn, group, partitions, s.command_owner_timeout_s).join()

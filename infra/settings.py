@@ -241,6 +241,12 @@ class Settings(SettingsMethods, BaseSettings):
     command_processor_name: str = Field(
         "command-processor", description="Name under which the processor stores its offsets."
     )
+    command_owner_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds after its last heartbeat a paused command processor loses its"
+        " partitions to the others (a dead one loses them at once).",
+    )
     command_handlers: str = Field(
         "examples.social:social_registry",
         description="module:factory returning the CommandRegistry the processor serves.",

@@ -57,6 +57,17 @@ class Follower:
         self._due_since.clear()
         self._consumer.assign(chosen)
 
+    def reassign(self, add: Iterable[TopicPartition], remove: Iterable[tuple[str, int]]) -> None:
+        """Stop reading ``remove`` and start reading ``add`` (from their offsets); the other
+        partitions go on from the next offset not yet handed out."""
+        gone = set(remove)
+        kept = [
+            TopicPartition(t, p, offset)
+            for (t, p), offset in sorted(self._positions.items())
+            if (t, p) not in gone
+        ]
+        self.assign([*kept, *add])
+
     @property
     def consumer(self) -> Consumer:
         """The current consumer (a new one after each change of wait): for metadata."""

@@ -10,7 +10,7 @@ checked last time); it refuses a partition whose end went below them.
 """
 
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, Message, TopicPartition
@@ -52,26 +52,32 @@ def read_topic(kafka: KafkaConfig, topic: str, timeout: float = 60.0) -> list[Re
 
 
 def read_tail(
-    kafka: KafkaConfig, topic: str, since: Mapping[int, int], timeout: float = 60.0
+    kafka: KafkaConfig,
+    topic: str,
+    since: Mapping[int, int],
+    timeout: float = 60.0,
+    only: Collection[int] | None = None,
 ) -> Tail:
     """The records of each partition from ``since[partition]`` (its log start when absent or
-    below it: records removed by retention or compaction were read before) to its true end now.
+    below it: records removed by retention or compaction were read before) to its true end now
+    (``only``: of these partitions only).
 
     Raises :class:`TopicRewoundError` when a partition now ends below ``since`` (the topic was
     deleted and created again, or its log was truncated): what was read before no longer
     describes it.
     """
     partitions = TopicAdmin(kafka).partition_count(topic) or 0
+    chosen = [p for p in range(partitions) if only is None or p in only]
     probe = probe_consumer(kafka)
     try:
         marks = true_watermarks(
-            probe, [(topic, p) for p in range(partitions)], fresh=lambda: probe_consumer(kafka)
+            probe, [(topic, p) for p in chosen], fresh=lambda: probe_consumer(kafka)
         )
     finally:
         probe.close()
     behind = {
         p: (since[p], marks[(topic, p)][1])
-        for p in range(partitions)
+        for p in chosen
         if since.get(p, 0) > marks[(topic, p)][1]
     }
     gone = sorted(set(since) - set(range(partitions)))
@@ -88,7 +94,7 @@ def read_tail(
         )
     out: list[Record] = []
     ends: dict[int, int] = {}
-    for p in range(partitions):
+    for p in chosen:
         low, high = marks[(topic, p)]
         start = max(low, since.get(p, 0))
         if high > start:

@@ -1,0 +1,335 @@
+"""Several command processors (`tributary run commands`, each its own process) divide the
+partitions of ``commands``: each partition has one owner, a joining processor takes a share, a
+``kill -9``-ed one loses its partitions at once, a paused one (SIGSTOP) after the timeout and,
+when it wakes (SIGCONT), its append is refused by the fence. Every command is answered once
+and stored once (checked against the event store)."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from confluent_kafka import Producer
+from sqlalchemy.engine import make_url
+
+from connectors.kafka import TopicAdmin
+from connectors.partition_owners import owners
+from connectors.postgres import make_engine
+from event_store import create_schema
+from event_store.command_topic import CommandClient, CommandEnvelope, ensure_topics
+from examples.social import prepare_database, upsert_user, users_table
+from infra.command_results import Results
+from infra.commands import command_topics, ownership_group
+from infra.polling import poll_until
+from infra.settings import Settings, load_settings
+from tests.integration.conftest import Endpoints
+from tests.integration.event_store.napping import napping_registry
+
+ROOT = Path(__file__).resolve().parents[3]
+PARTITIONS = 4
+
+
+@dataclass
+class Fleet:
+    """The test's database, settings, and the processors it starts."""
+
+    settings: Settings
+    env: dict[str, str]
+    dsn: str
+    home: Path
+    procs: list[subprocess.Popen[bytes]]
+
+    def start(self) -> subprocess.Popen[bytes]:
+        log = self.home / f"processor-{len(self.procs)}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "infra.cli", "run", "commands", "--metrics-port", "0"],
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.procs.append(proc)
+        return proc
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
+            for p in sorted(self.home.glob("processor-*.log"))
+        )
+
+    def owners(self) -> dict[int, tuple[int | None, int]]:
+        """Each partition's owner (its pid, None when unowned) and epoch."""
+        found = owners(self.dsn, ownership_group(self.settings))
+        return {p: (_pid(member), epoch) for p, (member, epoch) in found.items()}
+
+    def shares(self) -> Counter[int | None]:
+        return Counter(pid for pid, _ in self.owners().values())
+
+
+def _pid(member: str | None) -> int | None:
+    return None if member is None else int(member.split(":")[-2])
+
+
+@pytest.fixture
+def fleet(
+    request: pytest.FixtureRequest, stack: Endpoints, unique: str, tmp_path: Path
+) -> Iterator[Fleet]:
+    """Processors of a database of their own; ``request.param``: their timeout (seconds)."""
+    database = f"cp_{unique}"
+    with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {database}")  # type: ignore[arg-type]
+    url = make_url(stack.database_url).set(database=database).render_as_string(False)
+    values: dict[str, Any] = {
+        "postgres_url": url,
+        "kafka_bootstrap_servers": stack.bootstrap_servers,
+        "schema_registry_url": stack.settings.registry_url,
+        "home": tmp_path / "home",
+        "commands_topic": f"commands-{unique}",
+        "command_results_topic": f"command-results-{unique}",
+        "command_topic_partitions": PARTITIONS,
+        "command_processor_name": f"cp-{unique}",
+        "command_handlers": "tests.integration.event_store.napping:napping_registry",
+        "command_owner_timeout_s": float(request.param),
+    }
+    settings = load_settings(**values)
+    env = {**os.environ, **{f"TRIBUTARY_{k.upper()}": str(v) for k, v in values.items()}}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    engine = make_engine(settings.postgres())
+    with engine.begin() as conn:
+        prepare_database(conn)
+        create_schema(conn, settings.event_store_schema)
+        for user in (1, 2, 3):
+            upsert_user(conn, users_table(), user, f"u{user}")
+    engine.dispose()
+    kafka = settings.kafka("processors-test")
+    ensure_topics(kafka, command_topics(settings))
+    fleet = Fleet(settings, env, settings.postgres().dsn, tmp_path, [])
+    try:
+        yield fleet
+    finally:
+        for proc in fleet.procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                os.kill(proc.pid, signal.SIGTERM)
+        for proc in fleet.procs:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+        TopicAdmin(kafka).delete(settings.commands_topic, settings.command_results_topic)
+        with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {database} WITH (FORCE)")  # type: ignore[arg-type]
+
+
+class Sender(threading.Thread):
+    """CreatePost commands through the topic, about ``rate`` a second, until stopped."""
+
+    def __init__(self, fleet: Fleet, rate: float = 25.0) -> None:
+        super().__init__(name="sender", daemon=True)
+        self.client = CommandClient(
+            fleet.settings.kafka("processors-sender"),
+            command_topics(fleet.settings),
+            napping_registry(),
+        )
+        self.rate = rate
+        self.sent: dict[str, int] = {}  # command id -> post id
+        self.halt = threading.Event()
+        self.errors: list[BaseException] = []
+
+    def run(self) -> None:
+        post = 1
+        try:
+            while not self.halt.is_set():
+                data = {"post_id": post, "author_id": 1 + post % 3, "text": f"post {post}"}
+                self.sent[self.client.send("CreatePost", data)] = post
+                post += 1
+                time.sleep(1 / self.rate)
+        except BaseException as exc:  # surfaced by the test
+            self.errors.append(exc)
+
+
+def _each_once(fleet: Fleet, results: Results, sent: dict[str, int], timeout: float) -> None:
+    """Every command has exactly one result, accepted, and the event store holds exactly its
+    events: one per post, version 1, the event ids its result names; nothing else."""
+    poll_until(
+        lambda: set(sent) <= set(results.snapshot()),
+        timeout,
+        "a result for every command",
+        0.5,
+    )
+    time.sleep(1.0)  # a second result would come now
+    answers = results.snapshot()
+    twice = {c: a for c, a in answers.items() if len(a) != 1}
+    assert not twice, f"answered more than once: {list(twice.items())[:3]}"
+    rejected = {c: a[0] for c, a in answers.items() if c in sent and a[0]["status"] != "accepted"}
+    assert not rejected, list(rejected.items())[:3]
+    schema = fleet.settings.event_store_schema
+    with psycopg.connect(fleet.dsn) as conn:
+        rows = conn.execute(
+            f"SELECT stream_id, version, event_id::text, metadata->>'command_id'"  # type: ignore[arg-type]
+            f" FROM {schema}.events"
+        ).fetchall()
+        recorded = conn.execute(f"SELECT count(*) FROM {schema}.commands").fetchone()  # type: ignore[arg-type]
+    by_command = {str(c): (str(s), int(v), str(e)) for s, v, e, c in rows}
+    assert len(by_command) == len(rows), "a command stored events twice"
+    assert sorted(s for s, _, _ in by_command.values()) == sorted(
+        f"post-{p}" for p in sent.values()
+    ), "streams differ from the commands sent"
+    assert all(v == 1 for _, v, _ in by_command.values()), "a post stream beyond version 1"
+    for command_id in sent:
+        assert [by_command[command_id][2]] == answers[command_id][0]["event_ids"]
+    assert recorded is not None and recorded[0] == len(sent)
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("fleet", [10.0], indirect=True)
+def test_processors_divide_the_partitions_and_a_killed_one_loses_its_share(
+    fleet: Fleet,
+) -> None:
+    results = Results(fleet.settings, "processors-results", fetch_wait_ms=10)
+    results.start()
+    sender = Sender(fleet)
+    try:
+        first, second = fleet.start(), fleet.start()
+        poll_until(
+            lambda: fleet.shares() == Counter({first.pid: 2, second.pid: 2}),
+            120,
+            "two processors owning two partitions each",
+            0.25,
+        )
+        sender.start()
+        time.sleep(2.0)
+        third = fleet.start()
+        poll_until(
+            lambda: (
+                sorted(fleet.shares().values()) == [1, 1, 2]
+                and set(fleet.shares()) == {first.pid, second.pid, third.pid}
+            ),
+            120,
+            "the joining processor taking a share",
+            0.25,
+        )
+        time.sleep(2.0)
+        shares = fleet.shares()
+        victim = next(pid for pid in (first.pid, second.pid, third.pid) if shares[pid] == 2)
+        before = fleet.owners()
+        killed = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        poll_until(
+            lambda: victim not in fleet.shares() and None not in fleet.shares(),
+            30,
+            "the killed processor's partitions owned by the others",
+            0.1,
+        )
+        taken_s = time.monotonic() - killed
+        after = fleet.owners()
+        survivors = {first.pid, second.pid, third.pid} - {victim}
+        assert set(fleet.shares()) == survivors and sorted(fleet.shares().values()) == [2, 2]
+        for p, (pid, epoch) in before.items():
+            if pid == victim:
+                assert after[p][1] > epoch, f"partition {p} changed owner without a new epoch"
+        print(f"partitions of the kill -9ed processor owned again after {taken_s:.2f} s")
+        # the member's lock dies with it: no waiting out the 10 s timeout
+        assert taken_s < fleet.settings.command_owner_timeout_s / 2, fleet.logs()
+        time.sleep(3.0)
+        sender.halt.set()
+        sender.join(30)
+        assert not sender.errors, sender.errors
+        assert len(sender.sent) > 100
+        _each_once(fleet, results, sender.sent, 120)
+    finally:
+        sender.halt.set()
+        results.halt.set()
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("fleet", [3.0], indirect=True)
+def test_a_paused_processor_loses_its_partitions_and_its_append_is_refused_when_it_wakes(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    results = Results(fleet.settings, "processors-results", fetch_wait_ms=10)
+    results.start()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    topics = command_topics(fleet.settings)
+    try:
+        first, second = fleet.start(), fleet.start()
+        poll_until(
+            lambda: fleet.shares() == Counter({first.pid: 2, second.pid: 2}),
+            120,
+            "two processors owning two partitions each",
+            0.25,
+        )
+        # A command that naps 8 s in its handler, on a partition of the first processor.
+        partition = next(p for p, (pid, _) in sorted(fleet.owners().items()) if pid == first.pid)
+        epoch = fleet.owners()[partition][1]
+        nap_id = f"nap-{uuid.uuid4()}"
+        data = {"post_id": 500, "author_id": 1, "nap_s": 8.0, "marks": str(marks)}
+        producer = Producer({"bootstrap.servers": fleet.settings.kafka_bootstrap_servers or ""})
+        producer.produce(
+            topics.commands,
+            key=b"post-500",
+            value=CommandEnvelope(nap_id, "NapPost", data).to_json(),
+            partition=partition,
+        )
+        assert producer.flush(30) == 0
+        poll_until(
+            lambda: (marks / f"500-{first.pid}").exists(), 60, "the first processor napping", 0.05
+        )
+        os.kill(first.pid, signal.SIGSTOP)  # paused inside the command's transaction
+        paused = time.monotonic()
+        poll_until(
+            lambda: fleet.owners()[partition][0] == second.pid,
+            30,
+            "the paused processor's partition taken over",
+            0.1,
+        )
+        taken_s = time.monotonic() - paused
+        assert fleet.owners()[partition][1] > epoch
+        assert set(fleet.shares()) == {second.pid}  # every partition: the paused one owns none
+        print(f"partitions of the paused processor owned by the other after {taken_s:.2f} s")
+        # not at once: its connection (and lock) stayed open; the rows expired (the last
+        # heartbeat was up to a quarter of the timeout before the pause)
+        assert taken_s > fleet.settings.command_owner_timeout_s / 2
+        poll_until(
+            lambda: (marks / f"500-{second.pid}").exists(), 60, "the new owner napping", 0.05
+        )
+        os.kill(first.pid, signal.SIGCONT)  # it wakes and commits before the new owner would
+        answer = results.wait(nap_id, 60)
+        assert answer is not None and answer["status"] == "accepted", (answer, fleet.logs())
+        assert first.poll() is None, fleet.logs()  # refused, not crashed
+        schema = fleet.settings.event_store_schema
+        with psycopg.connect(fleet.dsn) as conn:
+            texts = conn.execute(
+                f"SELECT data->>'text' FROM {schema}.events WHERE stream_id = 'post-500'"  # type: ignore[arg-type]
+            ).fetchall()
+        assert texts == [(f"handled by pid {second.pid}",)], (texts, fleet.logs())
+        # the woken processor takes a share again; later commands are each handled once
+        poll_until(
+            lambda: fleet.shares() == Counter({first.pid: 2, second.pid: 2}),
+            60,
+            "the partitions divided again after the pause",
+            0.25,
+        )
+        sender = Sender(fleet)
+        sender.start()
+        time.sleep(4.0)
+        sender.halt.set()
+        sender.join(30)
+        assert not sender.errors, sender.errors
+        _each_once(fleet, results, {**sender.sent, nap_id: 500}, 120)
+    finally:
+        results.halt.set()
