@@ -90,10 +90,10 @@ class SparkMasterService(Service):
             if w.get("state") == "ALIVE" and w.get("host") == "127.0.0.1"
         }
 
-    def running_applications(self) -> int:
-        """How many applications (drivers) the master runs now."""
+    def running_applications(self) -> list[int]:
+        """The cores each application (driver) the master runs now holds on its workers."""
         state = _master_state(self.ui_port) or {}
-        return len(state.get("activeapps", []))
+        return [int(app.get("cores", 0)) for app in state.get("activeapps", [])]
 
     # -- how many workers `up --spark-workers N` asked for (kept across `down`) -----------
 

@@ -1,12 +1,17 @@
-"""The social views on the local stack's Spark cluster (`tributary up --spark-workers 2`):
-`tributary run views` with the default master (`auto`) runs its jobs on the cluster's
-executors; one worker is killed with kill -9 mid-workload (its executor goes with it) and
-the views still end equal to the source of truth."""
+"""The social views on the local stack's Spark cluster (`tributary up --spark-workers 2`: a
+master and two workers from the pyspark wheel, on loopback): `status` shows them, `tributary
+run views` with the default master (`auto`) runs its jobs on an executor of each worker; one
+worker is killed with kill -9 mid-workload (its executor goes with it) and the views still end
+equal to the source of truth. Without the cluster, `auto` is Spark in the jobs' own process."""
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -16,6 +21,7 @@ from infra.polling import Deadline, poll_until
 from infra.settings import Settings, load_settings
 from infra.stack import LocalStack
 from infra.stack.isolated import free_port_block
+from infra.stack.spark import LOCAL_MASTER, resolve_master
 from infra.views import views_config
 from spark_streaming.views import configured_views
 from tests.integration.conftest import Endpoints
@@ -23,6 +29,20 @@ from tests.integration.pipeline.views_process import ViewsProcess
 from tests.integration.social.world import Workload, World, source_of_truth
 
 TEST_TIMEOUT_S = 420
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def ports(settings: Settings) -> dict[str, str]:
+    return {
+        "TRIBUTARY_SPARK_MASTER_PORT": str(settings.spark_master_port),
+        "TRIBUTARY_SPARK_MASTER_UI_PORT": str(settings.spark_master_ui_port),
+    }
+
+
+def auto_master(settings: Settings) -> str:
+    return resolve_master(
+        "auto", settings.home, settings.spark_master_port, settings.spark_master_ui_port
+    )
 
 
 @pytest.fixture
@@ -47,6 +67,19 @@ def test_the_views_run_on_the_stacks_cluster_and_survive_a_worker_killed_mid_bat
 ) -> None:
     budget = Deadline(TEST_TIMEOUT_S - 30)
     spark, local = cluster
+    status = subprocess.run(
+        [sys.executable, "-m", "infra.cli", "status", "--json"],
+        cwd=ROOT,
+        env={**os.environ, **{f"TRIBUTARY_{k}": v for k, v in world.env.items()}, **ports(spark)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    rows = {row["name"]: row for row in json.loads(status.stdout)}
+    master = local.spark_master.endpoint()
+    assert rows["spark-master"]["state"] == "up" and rows["spark-master"]["endpoint"] == master
+    assert {rows[f"spark-worker-{i}"]["state"] for i in range(2)} == {"up"}
+    assert auto_master(spark) == master  # every view and analytics job runs on it
     views = {v.name: v for v in configured_views(views_config(world.settings)).values()}
     world.cdc.start()
     world.cdc.wait_running()
@@ -54,8 +87,7 @@ def test_the_views_run_on_the_stacks_cluster_and_survive_a_worker_killed_mid_bat
         stack,
         world.views.home,
         **world.env,
-        SPARK_MASTER_PORT=str(spark.spark_master_port),
-        SPARK_MASTER_UI_PORT=str(spark.spark_master_ui_port),
+        **{k.removeprefix("TRIBUTARY_"): v for k, v in ports(spark).items()},
     )
     on_cluster.start()
     workload = Workload(world.settings)
@@ -78,7 +110,8 @@ def test_the_views_run_on_the_stacks_cluster_and_survive_a_worker_killed_mid_bat
             return timeline.committed(timeline.live_generation()).batches > 2
 
         poll_until(batches_on_the_cluster, budget.left(240), "batches on the cluster", 0.5)
-        assert local.spark_master.running_applications() == 1, "the views run on the cluster"
+        # the views' driver holds an executor (one core) on each worker
+        assert local.spark_master.running_applications() == [2], on_cluster.output()
         worker = local.spark_workers[1].pid()
         assert worker is not None
         os.kill(worker, signal.SIGKILL)  # mid-workload: batches keep coming
@@ -119,3 +152,5 @@ def test_the_views_run_on_the_stacks_cluster_and_survive_a_worker_killed_mid_bat
         if writer.is_alive():
             writer.join(60)
         on_cluster.stop()
+    local.spark_master.stop()
+    assert auto_master(spark) == LOCAL_MASTER  # no cluster: Spark in the jobs' own process

@@ -58,10 +58,9 @@ def main(raw: str) -> None:
 
     [spec] = configured_views(config).values()
     spark = spark_session(
-        cfg.get("master", "local[2]"),
+        "local[2]",
         "mirror-driver",
         driver_memory="1g",
-        conf={"spark.executor.memory": "512m", "spark.cores.max": "2"},
         local_dir=str(Path(cfg["checkpoint_root"]).parent / "spark-scratch"),
         java_options=SPARK_JAVA_OPTIONS,
         class_archive=SPARK_CLASS_ARCHIVE,
@@ -77,9 +76,6 @@ def main(raw: str) -> None:
     query = job.start(available_now=True)
     query.awaitTermination()
     job.close()
-    if cfg.get("executors_file"):  # block managers: the driver's and each executor's
-        executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()
-        Path(cfg["executors_file"]).write_text(str(executors))
     spark.stop()
 
 
