@@ -175,6 +175,10 @@ def runtime_rows(s: "Settings") -> list[dict[str, object]]:
             )
     except Exception as exc:
         rows.append({"name": "views", "state": f"unknown ({exc})", "endpoint": "", "pid": None})
+    try:
+        rows += command_owner_rows(s)
+    except Exception as exc:
+        rows.append({"name": "commands", "state": f"unknown ({exc})", "endpoint": "", "pid": None})
     from infra.verify import read_last
 
     last = read_last(s)
@@ -192,6 +196,37 @@ def runtime_rows(s: "Settings") -> list[dict[str, object]]:
             }
         )
     return rows
+
+
+def command_owner_rows(s: "Settings") -> list[dict[str, object]]:
+    """Which command processor owns which partition of ``commands`` (none before the first
+    processor started)."""
+    from connectors.partition_owners import owners
+    from infra.commands import ownership_group
+
+    held = owners(s.postgres().dsn, ownership_group(s))
+    if not held:
+        return []
+    by_owner: dict[str, list[int]] = {}
+    for partition, (owner, _epoch) in sorted(held.items()):
+        by_owner.setdefault(owner or "(none)", []).append(partition)
+    processors = len([o for o in by_owner if o != "(none)"])
+    return [
+        {
+            "name": "commands",
+            "state": f"{processors} processor(s)",
+            "endpoint": s.commands_topic,
+            "pid": None,
+            "detail": "; ".join(
+                f"{owner}: partitions {', '.join(map(str, parts))}"
+                for owner, parts in by_owner.items()
+            ),
+            "owners": {
+                str(partition): {"owner": owner, "epoch": epoch}
+                for partition, (owner, epoch) in sorted(held.items())
+            },
+        }
+    ]
 
 
 @app.command()

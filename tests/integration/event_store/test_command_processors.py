@@ -4,6 +4,7 @@ partitions of ``commands``: each partition has one owner, a joining processor ta
 when it wakes (SIGCONT), its append is refused by the fence. Every command is answered once
 and stored once (checked against the event store)."""
 
+import json
 import os
 import signal
 import subprocess
@@ -242,6 +243,17 @@ def test_processors_divide_the_partitions_and_a_killed_one_loses_its_share(
             if pid == victim:
                 assert after[p][1] > epoch, f"partition {p} changed owner without a new epoch"
         print(f"partitions of the kill -9ed processor owned again after {taken_s:.2f} s")
+        status = subprocess.run(  # what operators see: each partition's owner and epoch
+            [sys.executable, "-m", "infra.cli", "status", "--json"],
+            cwd=ROOT,
+            env=fleet.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        [row] = [r for r in json.loads(status.stdout) if r["name"] == "commands"]
+        shown = {int(p): (_pid(o["owner"]), o["epoch"]) for p, o in row["owners"].items()}
+        assert shown == fleet.owners() and row["state"] == "2 processor(s)", row
         # the member's lock dies with it: no waiting out the 10 s timeout
         assert taken_s < fleet.settings.command_owner_timeout_s / 2, fleet.logs()
         time.sleep(3.0)
