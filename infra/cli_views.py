@@ -142,10 +142,19 @@ def _print_comparisons(result: "ReplayResult") -> None:
         console.print(f"{escape(where)}: [red]{c.different} differ[/]", soft_wrap=True)
         for d in c.differences[:SHOWN]:
             row = d.as_dict()
+            live, shadow = row["live"], row["shadow"]
+            kind = d.kind
+            if live is not None and shadow is not None:
+                # only the fields that differ: a long entry's difference is never cut off
+                kind += " (the fields that differ)"
+                names = set(live["fields"]) | set(shadow["fields"])
+                names = {n for n in names if live["fields"].get(n) != shadow["fields"].get(n)}
+                live = {**live, "fields": {n: live["fields"].get(n) for n in sorted(names)}}
+                shadow = {**shadow, "fields": {n: shadow["fields"].get(n) for n in sorted(names)}}
             lines = [
-                f"  {d.collection} {d.key}: {d.kind}",
-                f"    live:    {_brief(row['live'])}",
-                f"    rebuilt: {_brief(row['shadow'])}",
+                f"  {d.collection} {d.key}: {kind}",
+                f"    live:    {_brief(live)}",
+                f"    rebuilt: {_brief(shadow)}",
             ]
             console.print(escape(redact("\n".join(lines))), soft_wrap=True, highlight=False)
         if c.different > SHOWN:

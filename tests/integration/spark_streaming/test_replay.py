@@ -263,7 +263,11 @@ def test_a_tampered_live_view_is_listed_and_its_swap_refused_unless_forced(
     refused = cli.invoke(app, ["replay", spec.name])
     assert refused.exit_code == 3, refused.output
     assert "2 differ" in refused.output and "missing in live" in refused.output
-    assert f"{key(changed)}: different" in refused.output
+    assert f"{key(changed)}: different (the fields that differ)" in refused.output
+    with psycopg.connect(feed.dsn) as conn:
+        [live_qty] = conn.execute(f"SELECT qty FROM {table} WHERE id = %s", (changed,)).fetchone()
+    assert f'live:    {{"qty":{live_qty}}} @' in refused.output
+    assert f'rebuilt: {{"qty":{live_qty - 100000}}} @' in refused.output
     assert "the swap is refused" in refused.output and "--force" in refused.output
     assert spec.store.live_generation() == live and full_rows(feed.dsn, table) == tampered
     assert shadows() == []
