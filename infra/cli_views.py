@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from infra.cli_app import JsonFlag, app, console, fail, settings
+from infra.cli_app import JsonFlag, app, console, err_console, fail, settings
 from tributary.errors import TributaryError
 from tributary.redact import redact, redact_data
 
 if TYPE_CHECKING:
     from infra.settings import Settings
+    from spark_streaming.replay import ReplayResult
     from spark_streaming.status import ViewStatus
     from spark_streaming.view_job import BatchReport
     from spark_streaming.views import ViewsConfig
@@ -116,11 +117,84 @@ def run_views_command(
         fail(exc)
 
 
+REFUSED_EXIT = 3  # the generations differ: the swap refused, or found by --check-only
+SHOWN = 20  # differences printed per store (--json lists up to 100, all are counted)
+VALUE_WIDTH = 60
+
+
+def _brief(entry: dict[str, Any] | None) -> str:
+    """An entry as one short line: its fields as JSON and its position, cut to fit."""
+    if entry is None:
+        return "-"
+    text = json.dumps(entry["fields"], sort_keys=True, separators=(",", ":"), default=str)
+    if len(text) > VALUE_WIDTH:
+        text = text[: VALUE_WIDTH - 1] + "…"
+    return f"{text} @{entry['position']}"
+
+
+def _print_comparisons(result: "ReplayResult") -> None:
+    for c in result.comparisons:
+        where = f"{c.kind}: live {c.live} ({c.live_entries} entries) and rebuilt {c.shadow}"
+        where += f" ({c.shadow_entries} entries) at {json.dumps(c.live_commit.offsets)}"
+        if c.identical:
+            console.print(f"{escape(where)}: identical", soft_wrap=True)
+            continue
+        console.print(f"{escape(where)}: [red]{c.different} differ[/]", soft_wrap=True)
+        for d in c.differences[:SHOWN]:
+            row = d.as_dict()
+            live, shadow = row["live"], row["shadow"]
+            kind = d.kind
+            if live is not None and shadow is not None:
+                # only the fields that differ: a long entry's difference is never cut off
+                kind += " (the fields that differ)"
+                names = set(live["fields"]) | set(shadow["fields"])
+                names = {n for n in names if live["fields"].get(n) != shadow["fields"].get(n)}
+                live = {**live, "fields": {n: live["fields"].get(n) for n in sorted(names)}}
+                shadow = {**shadow, "fields": {n: shadow["fields"].get(n) for n in sorted(names)}}
+            lines = [
+                f"  {d.collection} {d.key}: {kind}",
+                f"    live:    {_brief(live)}",
+                f"    rebuilt: {_brief(shadow)}",
+            ]
+            console.print(escape(redact("\n".join(lines))), soft_wrap=True, highlight=False)
+        if c.different > SHOWN:
+            console.print(f"  ... and {c.different - SHOWN} more (--json lists up to 100)")
+
+
+def _replay_json(result: "ReplayResult", error: str | None = None) -> str:
+    out = {
+        "view": result.view,
+        "generation": result.generation,
+        "swapped": result.swapped,
+        "replaced": result.replaced,
+        "records": result.records,
+        "batches": result.batches,
+        "compared": result.compared,
+        "identical": result.identical if result.compared else None,
+        "different": result.different,
+        "comparisons": [c.as_dict() for c in result.comparisons],
+        "error": error,
+    }
+    return json.dumps(redact_data(out), default=str) + "\n"
+
+
 @app.command()
 def replay(
     view: Annotated[str, typer.Argument(help="View name, e.g. mirror.public.users.")],
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Swap even when the rebuilt generation differs."),
+    ] = False,
+    check_only: Annotated[
+        bool,
+        typer.Option("--check-only", help="Rebuild and compare, then drop it: never swap."),
+    ] = False,
+    as_json: JsonFlag = False,
 ) -> None:
-    """Rebuild a view from offset zero into a shadow, then swap it in atomically."""
+    """Rebuild a view from offset zero into a shadow, compare it with the live view at the same
+    source offsets (every store: keys and a digest of each entry), then swap it in atomically.
+    Differences are listed and refuse the swap (exit 3) unless --force; --check-only compares
+    and never swaps (exit 3 when they differ)."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -130,12 +204,15 @@ def replay(
     )
 
     from infra.views import views_config
+    from spark_streaming.replay import SwapRefusedError, topic_records
     from spark_streaming.replay import replay as replay_view
-    from spark_streaming.replay import topic_records
     from spark_streaming.views import find_view
 
+    if force and check_only:
+        fail("--force and --check-only exclude each other (--check-only never swaps)")
     s = settings()
     config = views_config(s)
+    refused: str | None = None
     try:
         spec = find_view(config, view)
         total = topic_records(config.kafka, spec.topics)
@@ -146,25 +223,68 @@ def replay(
             MofNCompleteColumn(),
             TextColumn("records"),
             TimeElapsedColumn(),
-            console=console,
+            console=err_console if as_json else console,
         )
-        with progress:
-            task = progress.add_task(f"replay {spec.name}", total=total)
+        try:
+            with progress:
+                task = progress.add_task(f"replay {spec.name}", total=total)
 
-            def advance(report: "BatchReport") -> None:
-                progress.update(task, advance=report.records)
+                def advance(report: "BatchReport") -> None:
+                    progress.update(task, advance=report.records)
 
-            result = replay_view(
-                spark, spec, config.kafka, config.job_options(replay=True), on_batch=advance
-            )
-            progress.update(task, completed=total)
-        spark.stop()
+                try:
+                    result = replay_view(
+                        spark,
+                        spec,
+                        config.kafka,
+                        config.job_options(replay=True),
+                        on_batch=advance,
+                        force=force,
+                        check_only=check_only,
+                    )
+                except SwapRefusedError as exc:
+                    result, refused = exc.result, str(exc)
+                progress.update(task, completed=total)
+        finally:
+            spark.stop()
     except TributaryError as exc:
         fail(exc)
-    console.print(
-        f"{result.view}: generation {result.generation} is live ({result.records} records,"
-        f" {result.batches} batches; replaced {result.replaced or 'nothing'})"
-    )
+    if as_json:
+        sys.stdout.write(_replay_json(result, refused))
+    else:
+        _print_comparisons(result)
+        if not result.compared:
+            console.print(
+                f"{result.view}: the live generation holds no batch yet; nothing to compare"
+            )
+    if refused is not None:
+        err_console.print(f"[bold red]refused:[/] {escape(redact(refused))}", soft_wrap=True)
+        raise typer.Exit(code=REFUSED_EXIT)
+    if check_only:
+        if not as_json:
+            verdict = "identical" if result.identical else f"{result.different} entries differ"
+            console.print(
+                f"{result.view}: checked, {verdict}; rebuilt generation {result.generation}"
+                f" dropped, the live view is unchanged ({result.records} records,"
+                f" {result.batches} batches)"
+            )
+        if not result.identical:
+            raise typer.Exit(code=REFUSED_EXIT)
+        return
+    if not as_json:
+        verdict = (
+            ""
+            if not result.compared
+            else (
+                ", identical"
+                if result.identical
+                else f", {result.different} entries differ: forced"
+            )
+        )
+        console.print(
+            f"{result.view}: generation {result.generation} is live ({result.records} records,"
+            f" {result.batches} batches; replaced {result.replaced or 'nothing'}{verdict})"
+        )
 
 
 @app.command("spark-archive")

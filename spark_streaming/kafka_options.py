@@ -27,7 +27,9 @@ class KafkaSourceOptions:
     ``tributary.fold.schema`` (e.g. a decoder's), with its read and fold times appended to
     the file ``tributary.stageTimes`` when that is set (benchmarks); ``tributary.skipBelow``
     (offsets JSON) makes every range start at or after those offsets (records a view's store
-    already has).
+    already has); ``tributary.stopAt`` (offsets JSON) caps a ``trigger(availableNow=True)``
+    query at those offsets, a partition it does not name at its earliest offset (a verified
+    replay builds its shadow to exactly the live generation's offsets).
     """
 
     client: dict[str, str]
@@ -42,6 +44,7 @@ class KafkaSourceOptions:
     fold_schema: str | None = None  # Spark DDL of the fold's rows (None: the folded schema)
     stage_times: str | None = None  # a file each read task appends its read and fold times to
     skip_below: dict[str, dict[str, int]] = field(default_factory=dict)
+    stop_at: dict[str, dict[str, int]] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -92,6 +95,9 @@ class KafkaSourceOptions:
             fold_schema=(lowered.get("tributary.fold.schema") or "").strip() or None,
             stage_times=(lowered.get("tributary.stagetimes") or "").strip() or None,
             skip_below=_skip(lowered.get("tributary.skipbelow")),
+            stop_at=_skip(lowered.get("tributary.stopat"), "tributary.stopAt")
+            if "tributary.stopat" in lowered
+            else None,
         )
 
 
@@ -116,7 +122,7 @@ def _fold_options(raw: str | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in parsed.items()}
 
 
-def _skip(raw: str | None) -> dict[str, dict[str, int]]:
+def _skip(raw: str | None, name: str = "tributary.skipBelow") -> dict[str, dict[str, int]]:
     if raw is None or not raw.strip():
         return {}
     try:
@@ -124,7 +130,7 @@ def _skip(raw: str | None) -> dict[str, dict[str, int]]:
         return {str(t): {str(p): int(o) for p, o in parts.items()} for t, parts in parsed.items()}
     except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
         raise SourceOptionError(
-            f'tributary.skipBelow must be offsets JSON like {{"topic":{{"0":23}}}}: {exc}'
+            f'{name} must be offsets JSON like {{"topic":{{"0":23}}}}: {exc}'
         ) from exc
 
 

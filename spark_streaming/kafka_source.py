@@ -138,7 +138,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.options.max_offsets_per_trigger)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        _, self._target = self._marks()
+        lows, highs = self._marks()
+        stop_at = self.options.stop_at
+        if stop_at is not None:
+            # Exactly the given offsets (a partition not named: none of its records).
+            given = flatten(stop_at)
+            highs = {tp: min(h, max(lows[tp], given.get(tp, lows[tp]))) for tp, h in highs.items()}
+        self._target = highs
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         lows, highs = self._marks()

@@ -15,7 +15,7 @@ The protocol every writer follows (ledger, guards, generations, materializer, ho
 once, in :mod:`connectors.stores.protocol`; each store supplies its atomic unit.
 """
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -131,6 +131,13 @@ class ViewStore(Protocol):
 
     def scan(self, collection: str, generation: str | None = None) -> list[Entry]:
         """Every live entry of a collection (tests and `verify` compare views with it)."""
+        ...
+
+    def digests(self, generation: str | None = None) -> Iterator[tuple[str, str, str]]:
+        """``(collection, key, digest)`` of every live entry of a generation (default: the live
+        one), by collection and key; the digest is
+        :func:`connectors.stores.compare.entry_digest` (fields and position), so two
+        generations compare with :func:`connectors.stores.compare.compare_generations`."""
         ...
 
     def describe(self) -> str:

@@ -64,6 +64,7 @@ from connectors.kafka.admin import TopicAdmin, error_code
 from connectors.kafka.config import ClientValue, KafkaConfig
 from connectors.kafka.topics import history_topic, state_topic
 from connectors.stores.base import Collection, CommitHooks, Materializer, new_generation
+from connectors.stores.compare import entry_digest
 from connectors.stores.kafka_ledger import (
     LIVE,
     MAX_MESSAGE_BYTES,
@@ -582,6 +583,20 @@ class KafkaStore:
             )
         out = [_entry(collection, key, slot) for key, slot in sorted(slots[collection].items())]
         return [e for e in out if e is not None]
+
+    def digests(self, generation: str | None = None) -> Iterator[tuple[str, str, str]]:
+        """Every collection's topic read up to the bounds of one ledger record, digested."""
+        with self.lock, self.errors("listing a generation"):
+            record, shadow = self._resolve(generation)
+            if record is None:
+                return
+            topics = {c: self.topic(c, shadow) for c in self.collections}
+            slots = self.read_slots(self.reader(), record, topics)
+        for collection in sorted(slots):
+            for key, slot in sorted(slots[collection].items()):
+                entry = _entry(collection, key, slot)
+                if entry is not None:
+                    yield collection, key, entry_digest(entry)
 
     def describe(self) -> str:
         if self.configured:

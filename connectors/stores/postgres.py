@@ -31,6 +31,7 @@ from psycopg import sql
 
 from connectors.errors import StoreError
 from connectors.stores.base import Collection, CommitHooks, Materializer
+from connectors.stores.compare import entry_digest
 from connectors.stores.model import (
     Applied,
     Batch,
@@ -256,6 +257,17 @@ class PostgresStore:
         with self._transaction() as conn:
             shadow = None if generation is None else self._shadow_of(conn, generation)
             return TableAccess(self, conn, shadow).scan(collection)
+
+    def digests(self, generation: str | None = None) -> Iterator[tuple[str, str, str]]:
+        """Every collection's entries read in one transaction (one snapshot of the ledger's
+        view of the generation's tables), digested."""
+        with self._transaction() as conn:
+            shadow = None if generation is None else self._shadow_of(conn, generation)
+            access = TableAccess(self, conn, shadow)
+            listed = {c: access.scan(c) for c in sorted(self.layouts)}
+        for collection, entries in listed.items():
+            for entry in sorted(entries, key=lambda e: e.key):
+                yield collection, entry.key, entry_digest(entry)
 
     def describe(self) -> str:
         tables = ", ".join(f"{self.schema}.{self.base_table(c)}" for c in self.layouts)

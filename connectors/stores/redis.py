@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.errors import StoreError, StoreUnavailableError
 from connectors.stores.base import Collection, CommitHooks, Materializer, new_generation
+from connectors.stores.compare import scan_digests
 from connectors.stores.model import (
     Applied,
     Batch,
@@ -544,6 +545,11 @@ class RedisStore:
                 out.append(Entry(collection, key, json.loads(text), int(position), int(applied)))
         out.sort(key=lambda e: e.key)
         return out
+
+    def digests(self, generation: str | None = None) -> Iterator[tuple[str, str, str]]:
+        """Each collection scanned (one script call each), digested; the caller re-reads the
+        ledger around it (a batch's MULTI/EXEC carries its ledger)."""
+        return scan_digests(self.scan, self.collections, generation)
 
     def describe(self) -> str:
         kw = self.client.connection_pool.connection_kwargs

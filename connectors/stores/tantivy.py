@@ -41,6 +41,7 @@ import tantivy
 
 from connectors.errors import StaleGenerationError, StoreError
 from connectors.stores.base import Collection, CommitHooks, Materializer
+from connectors.stores.compare import entry_digest
 from connectors.stores.model import (
     Applied,
     Batch,
@@ -619,6 +620,18 @@ class TantivyStore:
             return sorted(entries, key=lambda e: e.key)
 
         return self._read(generation, read, [])
+
+    def digests(self, generation: str | None = None) -> Iterator[tuple[str, str, str]]:
+        """Every entry document of one searcher (one index commit) digested."""
+
+        def read(index: tantivy.Index, searcher: tantivy.Searcher) -> list[Entry]:
+            query = tantivy.Query.term_query(index.schema, KIND, ENTRY)
+            return [_entry_of(doc) for doc in _all_hits(searcher, query)]
+
+        none: list[Entry] = []
+        entries = self._read(generation, read, none)
+        for entry in sorted(entries, key=lambda e: (e.collection, e.key)):
+            yield entry.collection, entry.key, entry_digest(entry)
 
     def search(
         self,

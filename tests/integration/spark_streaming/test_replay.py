@@ -1,12 +1,16 @@
 """Replay: a rebuild from offset zero equals the live view, reads never fail meanwhile, the swap
-is atomic, and a failed rebuild leaves the live view alone."""
+is atomic, and a failed rebuild leaves the live view alone. A verified rebuild compares the
+rebuilt generation with the live one at the live one's offsets: a tampered live view is listed
+and the swap refused (``tributary replay``), ``--force`` swaps, ``--check-only`` never does."""
 
+import json
 import threading
 import time
 from typing import Any
 
 import psycopg
 import pytest
+from typer.testing import CliRunner
 
 from connectors.stores.base import CommitHooks
 from infra.polling import poll_until
@@ -176,3 +180,101 @@ def test_a_replay_from_an_empty_topic_refuses_to_swap(
     with pytest.raises(ReplayError, match="holds no records"):
         replay(spark, spec, views_config.kafka, views_config.job_options())
     assert spec.store.live_generation() == generation
+
+
+def key(row_id: int) -> str:
+    """A mirror row's key as the store lists it (its primary key as JSON)."""
+    return json.dumps({"id": row_id}, separators=(",", ":"))
+
+
+class SharedSpark:
+    """The session's SparkSession for the CLI, which stops the one it was given."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.spark, name)
+
+    def stop(self) -> None:
+        """The test session's Spark stays up."""
+
+
+def test_a_tampered_live_view_is_listed_and_its_swap_refused_unless_forced(
+    spark: Any, feed: ChangeFeed, views_config: ViewsConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    feed.run(800)
+    table = run_mirror(spark, views_config)
+    [spec] = configured_views(views_config).values()
+    # Changes the live view has not applied yet: the rebuild stops at the live view's offsets,
+    # so they are no difference.
+    feed.run(200)
+    first = spec.store.live_generation()
+    untouched = replay(spark, spec, views_config.kafka, views_config.job_options())
+    assert untouched.compared and untouched.identical and untouched.swapped
+    [comparison] = untouched.comparisons
+    assert comparison.same_positions and comparison.live_entries == len(full_rows(feed.dsn, table))
+    assert comparison.live_commit.offsets == spec.store.committed(untouched.generation).offsets
+    assert untouched.replaced == first
+    run_mirror(spark, views_config)  # the new generation goes on from there
+    assert_mirrors(feed, table)
+
+    # Behind the view's back: one row changed, one deleted.
+    ids = sorted(feed.rows())
+    changed, deleted = ids[0], ids[1]
+    with psycopg.connect(feed.dsn, autocommit=True) as conn:
+        conn.execute(f"UPDATE {table} SET qty = qty + 100000 WHERE id = %s", (changed,))
+        conn.execute(f"DELETE FROM {table} WHERE id = %s", (deleted,))
+    tampered = full_rows(feed.dsn, table)
+    live = spec.store.live_generation()
+
+    import infra.cli_views
+    import infra.views
+    from infra.cli import app
+
+    monkeypatch.setattr(infra.cli_views, "settings", lambda light=False: None)
+    monkeypatch.setattr(infra.views, "views_config", lambda _s: views_config)
+    monkeypatch.setattr(infra.cli_views, "_spark", lambda _s, _c: SharedSpark(spark))
+    cli = CliRunner()
+
+    def shadows() -> list[str]:
+        return [n for n in table_names(feed.dsn, views_config.views_schema) if "__g" in n]
+
+    # --check-only: compared, listed, dropped; the live view is left as it was.
+    checked = cli.invoke(app, ["replay", spec.name, "--check-only", "--json"])
+    assert checked.exit_code == 3, checked.output
+    report = json.loads(checked.stdout.strip().splitlines()[-1])
+    assert (report["swapped"], report["compared"], report["identical"]) == (False, True, False)
+    [store] = report["comparisons"]
+    listed = {d["key"]: d for d in store["differences"]}
+    assert report["different"] == 2 and set(listed) == {
+        key(changed),
+        key(deleted),
+    }
+    one = listed[key(changed)]
+    assert one["kind"] == "different"
+    assert one["live"]["fields"]["qty"] == one["shadow"]["fields"]["qty"] + 100000
+    gone = listed[key(deleted)]
+    assert gone["kind"] == "missing in live" and gone["shadow"]["fields"]["id"] == deleted
+    assert spec.store.live_generation() == live and full_rows(feed.dsn, table) == tampered
+    assert shadows() == []
+
+    # A plain replay lists the differences and refuses the swap.
+    refused = cli.invoke(app, ["replay", spec.name])
+    assert refused.exit_code == 3, refused.output
+    assert "2 differ" in refused.output and "missing in live" in refused.output
+    assert f"{key(changed)}: different (the fields that differ)" in refused.output
+    with psycopg.connect(feed.dsn) as conn:
+        [live_qty] = conn.execute(f"SELECT qty FROM {table} WHERE id = %s", (changed,)).fetchone()
+    assert f'live:    {{"qty":{live_qty}}} @' in refused.output
+    assert f'rebuilt: {{"qty":{live_qty - 100000}}} @' in refused.output
+    assert "the swap is refused" in refused.output and "--force" in refused.output
+    assert spec.store.live_generation() == live and full_rows(feed.dsn, table) == tampered
+    assert shadows() == []
+
+    # --force swaps the rebuilt generation in: the tampering is gone.
+    forced = cli.invoke(app, ["replay", spec.name, "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert "2 entries differ: forced" in forced.output
+    assert spec.store.live_generation() != live
+    assert_mirrors(feed, table)

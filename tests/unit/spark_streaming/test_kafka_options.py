@@ -49,3 +49,12 @@ def test_pattern_and_json_starting_offsets() -> None:
 def test_bad_options_say_what_is_wrong(options: dict[str, str], message: str) -> None:
     with pytest.raises(SourceOptionError, match=message):
         KafkaSourceOptions.parse(options)
+
+
+def test_stop_at_is_offsets_json() -> None:
+    base = {"kafka.bootstrap.servers": "b:9092", "subscribe": "t"}
+    assert KafkaSourceOptions.parse(base).stop_at is None
+    parsed = KafkaSourceOptions.parse({**base, "tributary.stopAt": '{"t": {"0": 5, "1": 0}}'})
+    assert parsed.stop_at == {"t": {"0": 5, "1": 0}}
+    with pytest.raises(SourceOptionError, match=r"tributary\.stopAt must be offsets JSON"):
+        KafkaSourceOptions.parse({**base, "tributary.stopAt": "[1]"})
