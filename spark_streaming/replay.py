@@ -299,7 +299,11 @@ def _verify(
             continue
         comparisons = tuple(
             compare_generations(
-                store, store.live_generation(), generation, limit=LISTED_DIFFERENCES
+                store,
+                store.live_generation(),
+                generation,
+                limit=LISTED_DIFFERENCES,
+                positions=not spec.stateful,  # a stateful view's positions follow its batches
             )
             for store in spec.stores
         )

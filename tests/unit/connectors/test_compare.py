@@ -82,3 +82,23 @@ def test_a_listing_during_which_a_batch_committed_is_read_again() -> None:
     assert compare_generations(store, "live", "shadow").identical
     with pytest.raises(StoreError, match="changed during each"):
         compare_generations(Fake({"live": live, "shadow": live}, moves=99), "live", "shadow")
+
+
+def test_a_stateful_view_is_compared_by_fields_its_positions_follow_its_batches() -> None:
+    live = {"a": entry("a", {"v": 1}, 5), "b": entry("b", {"v": 1}, 5), "c": entry("c", {"v": 1})}
+    shadow = {"a": entry("a", {"v": 1}, 9), "b": entry("b", {"v": 2}, 5), "d": entry("d", {})}
+    store = Fake({"live": live, "shadow": shadow})
+    every = compare_generations(store, "live", "shadow")
+    assert [(d.key, d.kind) for d in every.differences] == [
+        ("a", "different"),  # the same fields at another position
+        ("b", "different"),
+        ("c", "missing in shadow"),
+        ("d", "missing in live"),
+    ]
+    by_fields = compare_generations(store, "live", "shadow", positions=False)
+    assert [(d.key, d.kind) for d in by_fields.differences] == [
+        ("b", "different"),
+        ("c", "missing in shadow"),
+        ("d", "missing in live"),
+    ]
+    assert by_fields.different == 3
