@@ -1,6 +1,7 @@
-"""Exclusive leases: a part that must run once (the CDC connector, each view job, the command
-processor) holds a lease on its name while it runs, so a second copy refuses to start and
-says who holds it.
+"""Exclusive leases: a part that must run once (the CDC connector, each view job) holds a
+lease on its name while it runs, so a second copy refuses to start and says who holds it.
+(Command processors share the partitions of ``commands`` instead:
+:mod:`connectors.partition_owners`.)
 
 A lease is a PostgreSQL session advisory lock held on a connection of its own: the database
 releases it the moment the holder's process dies, however it dies (``kill -9`` included), so
