@@ -13,10 +13,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
-from examples.social.views.reference import expected_profiles, expected_search, expected_timelines
 from infra.polling import Deadline, poll_until
 from infra.settings import Settings, load_settings
 from infra.stack import LocalStack
@@ -26,7 +24,7 @@ from infra.views import views_config
 from spark_streaming.views import configured_views
 from tests.integration.conftest import Endpoints
 from tests.integration.pipeline.views_process import ViewsProcess
-from tests.integration.social.world import Workload, World, source_of_truth
+from tests.integration.social.world import Workload, World, views_equal_the_truth
 
 TEST_TIMEOUT_S = 420
 ROOT = Path(__file__).resolve().parents[3]
@@ -126,26 +124,7 @@ def test_the_views_run_on_the_stacks_cluster_and_survive_a_worker_killed_mid_bat
 
         def converged() -> bool:
             assert on_cluster.alive(), on_cluster.output()
-            truth = source_of_truth(world.dsn)
-            profiles = {int(e.key): dict(e.fields) for e in views["profile"].store.scan("profiles")}
-            keep = ("text", "hashtags", "author_handle", "author_name")
-            docs = {
-                int(e.key): {k: e.fields.get(k) for k in keep}
-                for e in views["search"].store.scan("posts")
-            }
-            with psycopg.connect(world.dsn) as conn:
-                rows = conn.execute(
-                    "SELECT user_id, post_id FROM views.timeline"
-                    " ORDER BY user_id, created_at DESC, post_id DESC"
-                ).fetchall()
-            timelines: dict[int, list[int]] = {}
-            for user_id, post_id in rows:
-                timelines.setdefault(int(user_id), []).append(int(post_id))
-            return (
-                profiles == expected_profiles(truth)
-                and docs == expected_search(truth)
-                and timelines == expected_timelines(truth)
-            )
+            return views_equal_the_truth(views, world.dsn)
 
         poll_until(converged, budget.left(240), "the views to equal the source of truth", 1)
     finally:

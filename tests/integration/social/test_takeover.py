@@ -25,14 +25,19 @@ from fastapi.testclient import TestClient
 
 from connectors.kafka import KafkaConfig
 from event_store.command_topic import CommandClient, ensure_topics
-from examples.social.views.reference import expected_profiles, expected_search, expected_timelines
+from examples.social.views.reference import expected_profiles
 from infra.command_results import Results
 from infra.commands import command_topics, load_registry
 from infra.http_api import create_app
 from infra.polling import Deadline, poll_until
 from infra.views import views_config
 from spark_streaming.views import configured_views
-from tests.integration.social.world import Workload, World, source_of_truth
+from tests.integration.social.world import (
+    Workload,
+    World,
+    source_of_truth,
+    views_equal_the_truth,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 TEST_TIMEOUT_S = 480
@@ -233,26 +238,7 @@ def test_commands_and_views_take_over_within_seconds_of_a_kill_9(world: World, u
 
         def converged() -> bool:
             assert run.alive(), run.output()[-3000:]
-            truth = source_of_truth(world.dsn)
-            profiles = {int(e.key): dict(e.fields) for e in views["profile"].store.scan("profiles")}
-            keep = ("text", "hashtags", "author_handle", "author_name")
-            docs = {
-                int(e.key): {k: e.fields.get(k) for k in keep}
-                for e in views["search"].store.scan("posts")
-            }
-            with psycopg.connect(world.dsn) as conn:
-                rows = conn.execute(
-                    "SELECT user_id, post_id FROM views.timeline"
-                    " ORDER BY user_id, created_at DESC, post_id DESC"
-                ).fetchall()
-            timelines: dict[int, list[int]] = {}
-            for user_id, post_id in rows:
-                timelines.setdefault(int(user_id), []).append(int(post_id))
-            return (
-                profiles == expected_profiles(truth)
-                and docs == expected_search(truth)
-                and timelines == expected_timelines(truth)
-            )
+            return views_equal_the_truth(views, world.dsn)
 
         poll_until(converged, budget.left(240), "the views to equal the source of truth", 1)
         http_reads_wait_for_the_commands_position(settings, list(views.values()), world.dsn, budget)

@@ -3,7 +3,7 @@ names, own topic prefixes, own Redis database), its settings and processes, a wo
 by SQL and commands through the bus, and the source of truth to compare the views with."""
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,9 +17,15 @@ from cdc.slots import drop_publication, drop_slot
 from connectors.postgres import PostgresConfig, make_engine
 from event_store import Accepted, create_schema
 from examples.social import prepare_database, upsert_user, users_table
-from examples.social.views.reference import SocialState
+from examples.social.views.reference import (
+    SocialState,
+    expected_profiles,
+    expected_search,
+    expected_timelines,
+)
 from infra.commands import command_bus, load_registry, register_schemas
 from infra.settings import Settings, load_settings
+from projections.view import View
 from tests.integration.cdc_process import CdcProcess
 from tests.integration.conftest import Endpoints
 from tests.integration.pipeline.views_process import ViewsProcess
@@ -184,3 +190,27 @@ def source_of_truth(dsn: str, schema: str = "event_store") -> SocialState:
         elif event_type == "UserUnfollowed":
             state.follows.discard((int(data["follower_id"]), int(data["followee_id"])))
     return state
+
+
+def views_equal_the_truth(views: Mapping[str, View], dsn: str) -> bool:
+    """Whether the search index, the profile cache and the timeline table each equal what the
+    reference computes from the source of truth now."""
+    truth = source_of_truth(dsn)
+    profiles = {int(e.key): dict(e.fields) for e in views["profile"].store.scan("profiles")}
+    keep = ("text", "hashtags", "author_handle", "author_name")
+    docs = {
+        int(e.key): {k: e.fields.get(k) for k in keep} for e in views["search"].store.scan("posts")
+    }
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT user_id, post_id FROM views.timeline"
+            " ORDER BY user_id, created_at DESC, post_id DESC"
+        ).fetchall()
+    timelines: dict[int, list[int]] = {}
+    for user_id, post_id in rows:
+        timelines.setdefault(int(user_id), []).append(int(post_id))
+    return (
+        profiles == expected_profiles(truth)
+        and docs == expected_search(truth)
+        and timelines == expected_timelines(truth)
+    )
