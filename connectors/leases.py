@@ -15,7 +15,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -27,22 +27,37 @@ KEY = "('x' || substr(md5(%s), 1, 15))::bit(60)::bigint"  # positive: pg_locks s
 _SCHEMA_LOCK = 0x7472_6C65  # advisory lock around the one-time creation of the leases table
 
 
-def ensure_schema(conn: psycopg.Connection[Any], schema: str = SCHEMA) -> None:
-    """Create the leases table once, however many parts start at the same moment (two
-    ``CREATE TABLE IF NOT EXISTS`` racing each other fail on the catalog's unique index).
-    ``tributary run`` calls it before it starts the parts; every lease calls it too."""
-    row = conn.execute("SELECT to_regclass(%s)", (f"{schema}.leases",)).fetchone()
+def create_once(
+    conn: psycopg.Connection[Any], present: str, lock: int, statements: Sequence[str]
+) -> None:
+    """Run ``statements`` (idempotent DDL) unless ``present`` (a query returning NULL while the
+    objects are missing) says they exist, under the advisory lock ``lock``: however many parts
+    start at the same moment, two ``CREATE ... IF NOT EXISTS`` never race each other (they
+    would fail on the catalog's unique index)."""
+    row = conn.execute(present).fetchone()
     if row is not None and row[0] is not None:
         return
-    conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK,))
+    conn.execute("SELECT pg_advisory_lock(%s)", (lock,))
     try:
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-        conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {schema}.leases (name text PRIMARY KEY, pid integer,"
-            " host text, command text, since timestamptz NOT NULL DEFAULT now())"
-        )
+        for statement in statements:
+            conn.execute(statement)
     finally:
-        conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK,))
+        conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+
+
+def ensure_schema(conn: psycopg.Connection[Any], schema: str = SCHEMA) -> None:
+    """Create the leases table once. ``tributary run`` calls it before it starts the parts;
+    every lease calls it too."""
+    create_once(
+        conn,
+        f"SELECT to_regclass('{schema}.leases')",
+        _SCHEMA_LOCK,
+        [
+            f"CREATE SCHEMA IF NOT EXISTS {schema}",
+            f"CREATE TABLE IF NOT EXISTS {schema}.leases (name text PRIMARY KEY, pid integer,"
+            " host text, command text, since timestamptz NOT NULL DEFAULT now())",
+        ],
+    )
 
 
 def prepare(dsn: str) -> None:

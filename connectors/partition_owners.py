@@ -46,12 +46,12 @@ from typing import Any
 import psycopg
 
 from connectors.errors import ConnectorError
+from connectors.leases import KEY, create_once
 
 log = logging.getLogger(__name__)
 
 SCHEMA = "tributary"
 FENCED_SQLSTATE = "TRF01"
-_KEY = "('x' || substr(md5(%s), 1, 15))::bit(60)::bigint"  # as connectors.leases
 _SCHEMA_LOCK = 0x7472_706F  # advisory lock around the one-time creation of the tables
 _HELD = (
     "EXISTS (SELECT 1 FROM pg_locks k WHERE k.locktype = 'advisory' AND k.granted"
@@ -67,35 +67,28 @@ class PartitionFencedError(ConnectorError):
 
 def ensure_schema(conn: psycopg.Connection[Any], schema: str = SCHEMA) -> None:
     """Create the members' and owners' tables and the fence function, once."""
-    fence = f"{schema}.partition_fence(text,integer,text,bigint)"
-    row = conn.execute("SELECT to_regprocedure(%s)", (fence,)).fetchone()
-    if row is not None and row[0] is not None:
-        return
-    conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK,))
-    try:
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-        conn.execute(
+    create_once(
+        conn,
+        f"SELECT to_regprocedure('{schema}.partition_fence(text,integer,text,bigint)')",
+        _SCHEMA_LOCK,
+        [
+            f"CREATE SCHEMA IF NOT EXISTS {schema}",
             f"CREATE TABLE IF NOT EXISTS {schema}.partition_members (grp text, member text,"
             " lock_key bigint NOT NULL, pid integer, host text,"
-            " expires_at timestamptz NOT NULL, PRIMARY KEY (grp, member))"
-        )
-        conn.execute(
+            " expires_at timestamptz NOT NULL, PRIMARY KEY (grp, member))",
             f"CREATE TABLE IF NOT EXISTS {schema}.partition_owners (grp text,"
             " partition integer, owner text, epoch bigint NOT NULL DEFAULT 0,"
             " expires_at timestamptz NOT NULL DEFAULT '-infinity',"
-            " PRIMARY KEY (grp, partition))"
-        )
-        conn.execute(
+            " PRIMARY KEY (grp, partition))",
             f"CREATE OR REPLACE FUNCTION {schema}.partition_fence(g text, p integer, o text,"
             " e bigint) RETURNS void LANGUAGE plpgsql AS $$ BEGIN"
             f" PERFORM 1 FROM {schema}.partition_owners WHERE grp = g AND partition = p"
             " AND owner = o AND epoch = e AND expires_at > clock_timestamp() FOR SHARE;"
             " IF NOT FOUND THEN RAISE EXCEPTION"
             " 'partition % of % is no longer owned by % at epoch %', p, g, o, e"
-            f" USING ERRCODE = '{FENCED_SQLSTATE}'; END IF; END $$"
-        )
-    finally:
-        conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK,))
+            f" USING ERRCODE = '{FENCED_SQLSTATE}'; END IF; END $$",
+        ],
+    )
 
 
 def prepare(dsn: str) -> None:
@@ -157,11 +150,11 @@ class Ownership:
         conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
         try:
             ensure_schema(conn)
-            conn.execute(f"SELECT pg_advisory_lock({_KEY})", (self._lock_name,))
+            conn.execute(f"SELECT pg_advisory_lock({KEY})", (self._lock_name,))
             conn.execute(
                 f"INSERT INTO {SCHEMA}.partition_members"
                 " (grp, member, lock_key, pid, host, expires_at)"
-                f" VALUES (%s, %s, {_KEY}, %s, %s, clock_timestamp() + %s * interval '1 second')"
+                f" VALUES (%s, %s, {KEY}, %s, %s, clock_timestamp() + %s * interval '1 second')"
                 " ON CONFLICT (grp, member) DO UPDATE SET expires_at = EXCLUDED.expires_at",
                 (
                     self.group,
