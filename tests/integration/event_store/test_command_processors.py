@@ -70,6 +70,17 @@ class Fleet:
             for p in sorted(self.home.glob("processor-*.log"))
         )
 
+    def start_two(self) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+        """Two processors, once they own two partitions each."""
+        first, second = self.start(), self.start()
+        poll_until(
+            lambda: self.shares() == Counter({first.pid: 2, second.pid: 2}),
+            120,
+            "two processors owning two partitions each",
+            0.25,
+        )
+        return first, second
+
     def owners(self) -> dict[int, tuple[int | None, int]]:
         """Each partition's owner (its pid, None when unowned) and epoch."""
         found = owners(self.dsn, ownership_group(self.settings))
@@ -204,13 +215,7 @@ def test_processors_divide_the_partitions_and_a_killed_one_loses_its_share(
     results.start()
     sender = Sender(fleet)
     try:
-        first, second = fleet.start(), fleet.start()
-        poll_until(
-            lambda: fleet.shares() == Counter({first.pid: 2, second.pid: 2}),
-            120,
-            "two processors owning two partitions each",
-            0.25,
-        )
+        first, second = fleet.start_two()
         sender.start()
         time.sleep(2.0)
         third = fleet.start()
@@ -278,13 +283,7 @@ def test_a_paused_processor_loses_its_partitions_and_its_append_is_refused_when_
     marks.mkdir()
     topics = command_topics(fleet.settings)
     try:
-        first, second = fleet.start(), fleet.start()
-        poll_until(
-            lambda: fleet.shares() == Counter({first.pid: 2, second.pid: 2}),
-            120,
-            "two processors owning two partitions each",
-            0.25,
-        )
+        first, second = fleet.start_two()
         # A command that naps 8 s in its handler, on a partition of the first processor.
         partition = next(p for p, (pid, _) in sorted(fleet.owners().items()) if pid == first.pid)
         epoch = fleet.owners()[partition][1]
