@@ -16,7 +16,9 @@ Cases (each writer is its own process, so Python's GIL is not what is measured):
 - ``lock``: appends serialised by a transaction-scoped lock, the alternative mechanism;
 - ``pgbench``: single-row INSERT commits, 1 and 4 clients, into a one-column table, and
   ("event row") into an events table of our schema: the second separates the cost of the
-  row (its indexes, jsonb) from the cost of our client code;
+  row (its indexes, jsonb) from the cost of our client code; ``pgbench 1000 event rows``:
+  1,000 rows made by the server in one INSERT (printed as rows/s), the database's own speed
+  for a 1,000-event append;
 - ``psycopg``: the one-column INSERT from Python (the floor for any Python client);
 - ``eventsourcing``: ``PostgresApplicationRecorder.insert_events`` run the same way.
 
@@ -430,6 +432,10 @@ def fresh_table_statistics(url: str, names: dict[str, str]) -> str:
 PGBENCH_PLAIN = "INSERT INTO public.{table} (payload) VALUES ('{{\"post_id\": 1}}');\n"
 
 
+def _times(factor: int, run: Callable[..., float], *args: Any) -> float:
+    return factor * run(*args)
+
+
 def pgbench_event_row(schema: str) -> str:
     """One event row into a store schema's events table, as pgbench runs it."""
     return (
@@ -437,6 +443,17 @@ def pgbench_event_row(schema: str) -> str:
         "schema_version, data, metadata) VALUES (gen_random_uuid(), 's-' || gen_random_uuid(), "
         f"'bench', 1, 'Benched', 1, '{json.dumps(PAYLOAD)}', '{{}}') "
         "RETURNING transaction_id, position;\n"
+    )
+
+
+def pgbench_event_rows(schema: str, count: int) -> str:
+    """``count`` event rows of one new stream in one INSERT (made by the server, no client
+    in the way): the database's own speed for a ``count``-event append."""
+    return (
+        f"INSERT INTO {schema}.events (event_id, stream_id, stream_type, version, event_type, "
+        "schema_version, data, metadata) SELECT gen_random_uuid(), s.id, 'bench', g, 'Benched', "
+        f"1, '{json.dumps(PAYLOAD)}', '{{}}' FROM generate_series(1, {count}) g, "
+        "(SELECT 's-' || gen_random_uuid() AS id) s RETURNING transaction_id, position;\n"
     )
 
 
@@ -621,6 +638,11 @@ def report(
     for c in (1, 4):  # the baselines right before the cases of as many writers
         runs[f"pgbench insert, {c} client(s)"] = partial(pgbench, url, plain, c, seconds)
         runs[f"pgbench event row, {c} client(s)"] = partial(pgbench, url, event_row, c, seconds)
+        if c == 1:
+            rows = pgbench_event_rows(names["pgbench_events"], 1000)
+            runs["pgbench 1000 event rows, 1 client"] = partial(
+                _times, 1000, pgbench, url, rows, c, seconds
+            )
         for case in (k for k in cases if k.writers == c):
             runs[case.name] = partial(run_case, url, case, seconds)
     if only == "reads":
@@ -667,6 +689,11 @@ def report(
     if "append 1000/append, 1 writer" in rate:
         big = rate["append 1000/append, 1 writer"]
         print(f"  append 1000/append: {big:,.0f} events/s (aim >= 50,000)")
+    ratio(
+        "append 1000/append, 1 writer",
+        "pgbench 1000 event rows, 1 client",
+        "  (the same rows made by the server: the database's own speed)",
+    )
     ratio("append 1/cmd, 1 writer", "no-order 1/cmd, 1 writer", "  (cost of read_all ordering)")
     ratio("append 1/cmd, 4 writers", "no-order 1/cmd, 4 writers", "  (cost of read_all ordering)")
     ratio("append 1000/append, 1 writer", "no-order 1000/append, 1 writer", "  (cost of ordering)")

@@ -98,6 +98,29 @@ def test_a_connection_whose_prepared_statements_were_dropped_recovers(
         engine.dispose()
 
 
+def test_an_append_whose_prepared_statement_was_dropped_runs_again_once(
+    stack: Any, env: StoreEnv
+) -> None:
+    """An append whose statement this connection prepared before is sent on its own, outside
+    a pipeline; when the server has forgotten it (DEALLOCATE ALL), it is prepared again and
+    the events are stored once, one event or many."""
+    from event_store import NewEvent
+
+    engine = create_engine(role_url(stack.database_url, env.role), pool_size=1, max_overflow=0)
+    try:
+        store = EventStore(engine, env.schema)
+        for version, count in enumerate((1, 1, 1, 2, 2, 2)):
+            expected = sum((1, 1, 1, 2, 2, 2)[:version])
+            if version in (2, 5):  # both statements were prepared on the pool's only connection
+                with engine.connect() as conn:
+                    conn.exec_driver_sql("DEALLOCATE ALL")
+            batch = [NewEvent("Y", {"n": expected + k + 1}) for k in range(count)]
+            assert store.append("y-1", batch, expected, stream_type="y").version == expected + count
+        assert [e.data["n"] for e in store.read_stream("y-1")] == list(range(1, 10))
+    finally:
+        engine.dispose()
+
+
 def test_rejections_and_repeats_end_their_transactions(env: StoreEnv) -> None:
     """A rejection is recorded, a repeat answered from the record; neither leaves a
     transaction open on the pooled connection (the next command would see it)."""
