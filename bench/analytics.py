@@ -75,7 +75,8 @@ from projections.time import Lateness
 from projections.view import View
 from spark_streaming.session import spark_session
 from spark_streaming.stream import has_spark_kafka_connector
-from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
+from spark_streaming.view_job import BatchReport, ViewJob
+from views.catalog import JobOptions
 
 EVENTS_PER_SESSION = 8.75  # generate(): 1-6 searches per session, 0-3 clicks per search
 JOBS: dict[str, Callable[[AnalyticsConfig], View]] = {

@@ -64,8 +64,8 @@ from infra.stack.isolated import isolated_settings
 from projections.time import Lateness
 from projections.view import View
 from spark_streaming.session import spark_session
-from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
-from spark_streaming.views import ViewsConfig, configured_views
+from spark_streaming.view_job import BatchReport, ViewJob
+from views.catalog import JobOptions, ViewsConfig, configured_views
 
 USERS_TABLE = """CREATE TABLE IF NOT EXISTS public.users (
     id bigint PRIMARY KEY, handle text NOT NULL, display_name text, bio text,

@@ -66,7 +66,7 @@ from infra.stack import LocalStack
 from infra.stack.isolated import isolated_settings, settings_env
 from infra.supervision import Supervisor
 from infra.views import views_config
-from spark_streaming.views import configured_views
+from views.catalog import configured_views
 
 USERS = 60
 

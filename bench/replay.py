@@ -56,7 +56,7 @@ from spark_streaming.kafka_options import KafkaSourceOptions
 from spark_streaming.kafka_reader import read_range
 from spark_streaming.replay import replay
 from spark_streaming.session import spark_session
-from spark_streaming.views import ViewsConfig, configured_views
+from views.catalog import ViewsConfig, configured_views
 
 
 def envelope(op: str, before: object, after: object, lsn: int, table: str) -> bytes:

@@ -36,7 +36,7 @@ class Accepted:
     @property
     def position_token(self) -> str:
         """``<stream_type>/<stream_id>@<version>``: what a caller waits on to read its write
-        in the views (``spark_streaming.read_your_writes.ViewWaiter``)."""
+        in the views (``views.read_your_writes.ViewWaiter``)."""
         return position_token(self.stream_type, self.stream_id, self.version)
 
     def to_json(self) -> JsonObject:

@@ -37,7 +37,7 @@ def alerts_command(
     Needs the analytics jobs (TRIBUTARY_ANALYTICS)."""
     from infra import view_queries
     from infra.views import views_config
-    from spark_streaming.views import configured_views
+    from views.catalog import configured_views
 
     s = settings()
     try:

@@ -1,7 +1,7 @@
 """CLI: a view's dead letters (`dlq list VIEW`, `dlq show VIEW ID`, `dlq redrive VIEW`).
 
 ``redrive`` re-feeds dead letters to the view after a fix (an upcaster added, a column
-widened), each at most once: see :mod:`spark_streaming.redrive`.
+widened), each at most once: see :mod:`views.redrive`.
 """
 
 import json
@@ -18,7 +18,7 @@ from tributary.redact import redact_data
 
 if TYPE_CHECKING:
     from infra.settings import Settings
-    from spark_streaming.redrive import DeadLetterRecord, RedriveLedger
+    from views.redrive import DeadLetterRecord, RedriveLedger
 
 dlq_app = FastTyper(
     name="dlq",
@@ -33,19 +33,19 @@ ViewArg = Annotated[str, typer.Argument(help="The view, e.g. mirror.public.users
 def _view_name(s: "Settings", view: str) -> str:
     """The configured view's full name (``schema.table`` finds its mirror)."""
     from infra.views import views_config
-    from spark_streaming.views import find_view
+    from views.catalog import find_view
 
     return find_view(views_config(s), view).name
 
 
 def _ledger(s: "Settings") -> "RedriveLedger":
-    from spark_streaming.redrive import RedriveLedger
+    from views.redrive import RedriveLedger
 
     return RedriveLedger(s.postgres().dsn, s.views_schema)
 
 
 def _letters(s: "Settings", view: str) -> list["DeadLetterRecord"]:
-    from spark_streaming.redrive import dead_letters
+    from views.redrive import dead_letters
 
     return dead_letters(s.kafka("tributary-cli"), view)
 
@@ -103,7 +103,7 @@ def show_command(
     letter_id: Annotated[str, typer.Argument(metavar="ID", help="PARTITION:OFFSET, or OFFSET.")],
 ) -> None:
     """One dead letter in full (key, value, headers' reason and source) as JSON."""
-    from spark_streaming.redrive import parse_id
+    from views.redrive import parse_id
 
     s = settings()
     try:
@@ -133,7 +133,7 @@ def redrive_command(
 ) -> None:
     """Re-feed dead letters to the view (after a fix): each is appended back to its source
     partition once; one redriven before is never sent again."""
-    from spark_streaming.redrive import redrive, select_letters, since_seconds
+    from views.redrive import redrive, select_letters, since_seconds
 
     s = settings()
     try:

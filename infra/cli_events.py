@@ -148,7 +148,7 @@ def command(
 def _wait_views(s: "Settings", token: str, timeout: float) -> None:
     """Exit 3 naming the views that did not apply ``token`` within ``timeout``."""
     from infra.views import view_waiter
-    from spark_streaming.read_your_writes import ViewsLaggingError
+    from views.read_your_writes import ViewsLaggingError
 
     try:
         waiter = view_waiter(s)

@@ -56,7 +56,7 @@ def query(
     prints the result as JSON."""
     from infra import view_queries
     from infra.views import views_config
-    from spark_streaming.views import configured_views
+    from views.catalog import configured_views
 
     s = settings(light=True)
     try:

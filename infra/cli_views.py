@@ -20,9 +20,9 @@ from tributary.redact import redact, redact_data
 if TYPE_CHECKING:
     from infra.settings import Settings
     from spark_streaming.replay import ReplayResult
-    from spark_streaming.status import ViewStatus
     from spark_streaming.view_job import BatchReport
-    from spark_streaming.views import ViewsConfig
+    from views.catalog import ViewsConfig
+    from views.status import ViewStatus
 
 
 def _spark(s: "Settings", config: "ViewsConfig") -> Any:
@@ -55,7 +55,7 @@ def run_views(
     from infra.telemetry.endpoint import part_registry, serve_part_metrics
     from infra.views import views_config
     from spark_streaming.runner import ViewRunner
-    from spark_streaming.views import configured_views, find_view
+    from views.catalog import configured_views, find_view
 
     config = views_config(s)
     specs = (
@@ -94,8 +94,8 @@ def run_views(
 def views_status(s: "Settings") -> list["ViewStatus"]:
     """Each configured view's generation, batch id, offsets and lag."""
     from infra.views import views_config
-    from spark_streaming.status import view_statuses
-    from spark_streaming.views import configured_views
+    from views.catalog import configured_views
+    from views.status import view_statuses
 
     config = views_config(s)
     return view_statuses(list(configured_views(config).values()), config.kafka)
@@ -206,7 +206,7 @@ def replay(
     from infra.views import views_config
     from spark_streaming.replay import SwapRefusedError, topic_records
     from spark_streaming.replay import replay as replay_view
-    from spark_streaming.views import find_view
+    from views.catalog import find_view
 
     if force and check_only:
         fail("--force and --check-only exclude each other (--check-only never swaps)")

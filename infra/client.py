@@ -19,7 +19,7 @@ from infra.commands import command_bus, load_registry, register_schemas
 from infra.settings import Settings, load_settings
 from infra.views import view_waiter
 from projections.view import View
-from spark_streaming.read_your_writes import PositionToken, ViewsLaggingError, ViewWaiter
+from views.read_your_writes import PositionToken, ViewsLaggingError, ViewWaiter
 
 __all__ = ["TributaryClient", "ViewsLaggingError", "view_waiter"]
 

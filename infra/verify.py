@@ -76,8 +76,8 @@ def verify(s: "Settings", *, views: bool = True, full: bool = False) -> VerifyRe
     from cdc.checked import CheckedTopics
     from cdc.completeness import compare_events, compare_table
     from infra.views import views_config
-    from spark_streaming.status import view_statuses
-    from spark_streaming.views import configured_views
+    from views.catalog import configured_views
+    from views.status import view_statuses
 
     report = VerifyReport()
     db, kafka = s.postgres(), s.kafka("tributary-verify")

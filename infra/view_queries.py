@@ -257,7 +257,7 @@ def cli_arguments(entry: ViewQuery, args: Sequence[str]) -> dict[str, Value]:
 
 class Waiter(Protocol):
     """Waits until the views applied a position token (``ViewWaiter`` of
-    :mod:`spark_streaming.read_your_writes`): raises an error with ``lagging`` (the views that
+    :mod:`views.read_your_writes`): raises an error with ``lagging`` (the views that
     did not catch up) after ``timeout`` seconds, and ``ValueError`` for a malformed token."""
 
     def wait(self, token: str, timeout: float) -> None: ...
@@ -265,7 +265,7 @@ class Waiter(Protocol):
 
 def default_waiter(views: Sequence[View], settings: "Settings") -> Waiter:
     """The views' ``ViewWaiter`` over the event store of the settings."""
-    from spark_streaming.read_your_writes import ViewWaiter
+    from views.read_your_writes import ViewWaiter
 
     return ViewWaiter(
         list(views),

@@ -5,12 +5,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from infra.stack.spark import resolve_master
-from spark_streaming.views import ViewsConfig, configured_views
+from views.catalog import ViewsConfig, configured_views
 
 if TYPE_CHECKING:  # pydantic's settings and the waiter's driver: not for `tributary views`
     from infra.settings import Settings
     from projections.view import View
-    from spark_streaming.read_your_writes import ViewWaiter
+    from views.read_your_writes import ViewWaiter
 
 __all__ = ["view_waiter", "views_config"]
 
@@ -47,7 +47,7 @@ def views_config(s: "Settings") -> ViewsConfig:
 
 def view_waiter(s: "Settings", views: "Sequence[View] | None" = None) -> "ViewWaiter":
     """A waiter over ``views`` (default: the configured views, mirrors and factories)."""
-    from spark_streaming.read_your_writes import ViewWaiter
+    from views.read_your_writes import ViewWaiter
 
     if views is None:
         views = list(configured_views(views_config(s)).values())

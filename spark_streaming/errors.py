@@ -18,36 +18,8 @@ class DataLossError(StreamingError):
     """
 
 
-class UnknownViewError(StreamingError):
-    """A view name that no configured view has."""
-
-
 class ReplayError(StreamingError):
     """A rebuild failed; the live view was left as it was."""
-
-
-class InvalidPositionTokenError(StreamingError, ValueError):
-    """A position token that is not ``<stream_type>/<stream_id>@<version>``."""
-
-
-class ViewsLaggingError(StreamingError):
-    """Views that read a command's topic did not apply its events in time.
-
-    ``lagging`` maps each such view to why it lags; ``token`` is the position waited for.
-    """
-
-    def __init__(self, token: str, lagging: dict[str, str], timeout: float) -> None:
-        self.token = token
-        self.lagging = dict(lagging)
-        reasons = "; ".join(f"{view}: {reason}" for view, reason in self.lagging.items())
-        super().__init__(
-            f"{len(self.lagging)} view(s) did not apply {token} within {timeout:g} s: {reasons} "
-            "(is `tributary run views` running? `tributary views` shows where each view stands)"
-        )
-
-    @property
-    def views(self) -> list[str]:
-        return list(self.lagging)
 
 
 class CheckpointLostError(StreamingError):

@@ -36,7 +36,8 @@ from connectors.stores.compare import Comparison, compare_generations, same_offs
 from connectors.stores.model import Offsets, covers
 from projections.view import View
 from spark_streaming.errors import ReplayError
-from spark_streaming.view_job import BatchReport, JobOptions, ViewJob, lowest
+from spark_streaming.view_job import BatchReport, ViewJob, lowest
+from views.catalog import JobOptions
 
 log = logging.getLogger(__name__)
 

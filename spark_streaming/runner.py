@@ -17,8 +17,9 @@ from spark_streaming.errors import CheckpointLostError
 from spark_streaming.progress import PhaseCallback
 from spark_streaming.replay import replay
 from spark_streaming.view_group import MemberFailedError, ViewGroupJob, shared
-from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
+from spark_streaming.view_job import BatchReport, ViewJob
 from tributary.backoff import Backoff
+from views.catalog import JobOptions
 
 
 @dataclass

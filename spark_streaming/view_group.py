@@ -40,7 +40,6 @@ from spark_streaming.stream import folded_stream
 from spark_streaming.view_job import (
     WARM_UP_RECORDS,
     BatchReport,
-    JobOptions,
     ViewJob,
     batch_errors_in_brief,
     batch_range,
@@ -48,6 +47,7 @@ from spark_streaming.view_job import (
     start_query,
     warm_up_query,
 )
+from views.catalog import JobOptions
 
 
 def shareable(view: View) -> bool:

@@ -24,7 +24,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,22 +40,12 @@ from spark_streaming.checkpoint import (
     reconcile,
     starting_offsets,
 )
-from spark_streaming.dead_letters import DeadLetterQueue
 from spark_streaming.errors import CheckpointLostError, StreamingError
-from spark_streaming.lag import LagCommitter
 from spark_streaming.progress import PhaseCallback, trigger_phases
 from spark_streaming.stream import folded_stream, records_stream
-
-
-@dataclass(frozen=True)
-class JobOptions:
-    """How view queries run: checkpoint root, batch size cap, trigger interval, data-loss policy."""
-
-    checkpoint_root: Path
-    max_offsets_per_trigger: int | None = None
-    trigger_interval_s: float = 1.0
-    fail_on_data_loss: bool = True
-    extra_source_options: dict[str, str] = field(default_factory=dict)
+from views.catalog import JobOptions
+from views.dead_letters import DeadLetterQueue
+from views.lag import LagCommitter
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from connectors.stores.pg_tables import TypedColumn, TypedTable
 from connectors.stores.postgres import PostgresStore
 from examples.eventsourcing_bank.folds import ACCOUNTS, CLOSED, TRANSACTIONS
 from projections.view import Query, QueryParam, View, per_partition
-from spark_streaming.views import ViewsConfig
+from views.catalog import ViewsConfig
 
 NAME = "bank_balances"
 BALANCES = "balances"

@@ -41,8 +41,8 @@ from infra.stack import LocalStack
 from infra.supervision import Supervisor
 from infra.views import views_config
 from projections.view import View
-from spark_streaming.status import view_statuses
-from spark_streaming.views import configured_views
+from views.catalog import configured_views
+from views.status import view_statuses
 
 PEOPLE = [
     ("ada", "Ada Lovelace"), ("alan", "Alan Turing"), ("grace", "Grace Hopper"),

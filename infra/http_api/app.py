@@ -35,12 +35,12 @@ def create_app(
 ) -> FastAPI:
     """The API over ``views`` (default: the configured views), running commands through
     ``bus`` (default: built from the settings like the processor's) and waiting for tokens
-    with ``waiter`` (default: ``spark_streaming.read_your_writes.ViewWaiter``, loaded on the
+    with ``waiter`` (default: ``views.read_your_writes.ViewWaiter``, loaded on the
     first wait). Raises :class:`~tributary.errors.TributaryError` when the views or the
     command handlers cannot be loaded, or the views' queries cannot be served together."""
     if views is None:
         from infra.views import views_config
-        from spark_streaming.views import configured_views
+        from views.catalog import configured_views
 
         views = configured_views(views_config(settings))
     install_log_redaction()

@@ -26,7 +26,7 @@ from projections.view import View
 if TYPE_CHECKING:
     from connectors.kafka import KafkaConfig, TopicInfo
     from infra.settings import Settings
-    from spark_streaming.status import ViewStatus
+    from views.status import ViewStatus
 
 __all__ = ["Overview", "OverviewCollector", "ViewState"]
 
@@ -212,8 +212,8 @@ class Overview:
 
     def _take(self) -> _Look:
         from connectors.kafka import TopicAdmin
-        from spark_streaming.dead_letters import dlq_topic
-        from spark_streaming.status import view_statuses
+        from views.dead_letters import dlq_topic
+        from views.status import view_statuses
 
         look = _Look(time.time())
         kafka = self.kafka
@@ -241,7 +241,7 @@ class Overview:
         return look
 
     def _redriven(self, look: _Look) -> dict[str, int]:
-        from spark_streaming.redrive import RedriveLedger
+        from views.redrive import RedriveLedger
 
         try:
             return RedriveLedger(self.settings.postgres().dsn, self.settings.views_schema).counts()

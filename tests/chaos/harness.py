@@ -43,11 +43,11 @@ from infra.stack.process import children, is_alive
 from infra.verify import verify
 from infra.views import views_config
 from projections.view import View
-from spark_streaming.views import configured_views
 from tests.chaos.compare import Diffs, compare_all, new_since, totals
 from tests.chaos.loss import TailLoss
 from tests.chaos.workload import USERS, Workload, add_user, post_command
 from tributary.errors import TributaryError
+from views.catalog import configured_views
 
 SUPERVISED = ("cdc", "commands", "views", "api")
 SERVICES = ("postgres", "redis", "broker", "objectstore")

@@ -203,10 +203,10 @@ def test_command_processor_and_client(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_dead_letter_producer(monkeypatch: pytest.MonkeyPatch) -> None:
     from projections.view import DeadLetter
-    from spark_streaming.dead_letters import DeadLetterQueue
+    from views.dead_letters import DeadLetterQueue
 
     recorder = Recorder()
-    recorder.patch(monkeypatch, "spark_streaming.dead_letters.Producer", "dlq producer")
+    recorder.patch(monkeypatch, "views.dead_letters.Producer", "dlq producer")
     recorder.patch(monkeypatch, "connectors.kafka.admin.AdminClient", "admin")
     monkeypatch.setattr("connectors.kafka.admin.TopicAdmin.ensure", lambda self, spec: True)
     queue = DeadLetterQueue(secure_settings().kafka("tributary-views"), "timeline")

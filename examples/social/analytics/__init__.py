@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from examples.social.analytics.common import AnalyticsConfig
     from projections.view import View
-    from spark_streaming.views import ViewsConfig
+    from views.catalog import ViewsConfig
 
 __all__ = [
     "AnalyticsConfig",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from projections.view import View
-    from spark_streaming.views import ViewsConfig
+    from views.catalog import ViewsConfig
 
 __all__ = ["profile_view", "search_view", "social_views", "timeline_view"]
 

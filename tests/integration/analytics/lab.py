@@ -16,7 +16,8 @@ from examples.social.analytics import AnalyticsConfig, analytics_views
 from projections.time import Lateness
 from projections.view import View
 from spark_streaming.replay import ReplayResult, replay
-from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
+from spark_streaming.view_job import BatchReport, ViewJob
+from views.catalog import JobOptions
 
 LATENESS = Lateness(allowed_ms=5 * 60_000, slack_ms=10 * 60_000)
 

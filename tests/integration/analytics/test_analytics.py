@@ -31,7 +31,6 @@ from infra.view_queries import cli_arguments, declared_queries
 from projections.time import iso_ms
 from projections.view import View
 from spark_streaming.runner import ViewRunner
-from spark_streaming.view_job import JobOptions
 from tests.integration.analytics import reference
 from tests.integration.analytics.feed import AnalyticsFeed, Workload, make_workload
 from tests.integration.analytics.lab import (
@@ -46,6 +45,7 @@ from tests.integration.analytics.lab import (
     views_by_job,
 )
 from tests.integration.conftest import Endpoints
+from views.catalog import JobOptions
 
 LIVE_BATCH = 90  # maxOffsetsPerTrigger of the live runs: many small micro-batches
 REPLAY_BATCH = 1_000_000  # a replay reads everything in one micro-batch

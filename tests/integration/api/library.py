@@ -18,7 +18,7 @@ from connectors.stores.redis import RedisStore
 from event_store import CommandRegistry
 from examples.social import social_registry, users_table
 from projections.view import Query, QueryParam, View
-from spark_streaming.views import ViewsConfig
+from views.catalog import ViewsConfig
 
 NOTES = "notes"
 COUNTERS = "counters"

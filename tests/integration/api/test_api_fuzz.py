@@ -44,10 +44,10 @@ from examples.social import (
 from infra.http_api import create_app
 from infra.settings import load_settings
 from projections.view import View
-from spark_streaming.read_your_writes import ViewWaiter
 from tests.integration.api.library import build_views
 from tests.integration.conftest import Endpoints
 from tests.integration.event_store.conftest import StoreEnv
+from views.read_your_writes import ViewWaiter
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)

@@ -24,10 +24,11 @@ from eventsourcing.tests.domain import BankAccount, InsufficientFundsError
 
 from connectors.kafka import TopicAdmin
 from examples.eventsourcing_bank import Bank, balances_view
-from spark_streaming.view_job import JobOptions, ViewJob
+from spark_streaming.view_job import ViewJob
 from tests.integration.cdc_process import CdcProcess
 from tests.integration.conftest import Endpoints
 from tests.integration.kafka_reading import read_topic, wait_until
+from views.catalog import JobOptions
 
 TOPIC = "events.bank_account"
 

@@ -21,7 +21,7 @@ from connectors.stores.base import Collection
 from connectors.stores.redis import RedisStore
 from projections.folding import emit, folded_batch, records_table, rejections
 from projections.view import View, per_partition
-from spark_streaming.views import ViewsConfig
+from views.catalog import ViewsConfig
 
 ITEMS = "items"
 

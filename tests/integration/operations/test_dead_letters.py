@@ -15,12 +15,12 @@ import redis
 from connectors.kafka import TopicAdmin, history_topic, state_topic
 from connectors.kafka.producing import idempotent_producer
 from projections.view import DeadLetter, View
-from spark_streaming.dead_letters import DeadLetterQueue, dlq_topic
 from spark_streaming.view_job import BatchReport, ViewJob
-from spark_streaming.views import ViewsConfig, configured_views
 from tests.integration.conftest import Endpoints
 from tests.integration.operations import legacy_views
 from tests.integration.operations.conftest import cli, cli_env, cli_json
+from views.catalog import ViewsConfig, configured_views
+from views.dead_letters import DeadLetterQueue, dlq_topic
 
 STRICT = "tests.integration.operations.legacy_views:strict"
 FIXED = "tests.integration.operations.legacy_views:fixed"
@@ -124,7 +124,7 @@ def test_a_dead_letter_of_a_state_topic_superseded_by_a_later_change_is_not_appe
 ) -> None:
     """Appending an old change after a newer one of its key would make compaction keep the
     old one: such a dead letter is recorded as superseded, and nothing is produced."""
-    from spark_streaming.redrive import RedriveLedger, dead_letters, redrive
+    from views.redrive import RedriveLedger, dead_letters, redrive
 
     topic, view = f"cdc.state_{unique}", f"state_{unique}"
     admin = TopicAdmin(stack.kafka)

@@ -28,13 +28,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from infra.stack.isolated import free_port_block, settings_env
 from infra.telemetry.batches import ViewBatchMetrics
 from infra.telemetry.endpoint import MetricsEndpoint, part_registry, serve_metrics
-from spark_streaming.lag import view_group
 from spark_streaming.view_job import ViewJob
-from spark_streaming.views import ViewsConfig, configured_views
 from tests.integration.conftest import Endpoints
 from tests.integration.operations.browser import Browser
 from tests.integration.operations.conftest import ROOT, cli_env, cli_json
 from tests.integration.spark_streaming.changefeed import ChangeFeed
+from views.catalog import ViewsConfig, configured_views
+from views.lag import view_group
 
 SHOWN = """(() => {
   const out = {};

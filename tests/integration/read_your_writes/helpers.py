@@ -13,7 +13,7 @@ from connectors.stores.postgres import PostgresStore
 from event_store import CommandRegistry
 from examples.social import social_registry, users_table
 from projections.view import View
-from spark_streaming.views import ViewsConfig
+from views.catalog import ViewsConfig
 
 USERS_SCHEMA_ENV = "RYW_TEST_USERS_SCHEMA"
 TIMELINE = "ryw.timeline"

@@ -7,10 +7,10 @@ import time
 import pytest
 
 from connectors.stores.model import Batch
-from spark_streaming.read_your_writes import PositionToken, ViewsLaggingError, ViewWaiter
 from tests.integration.conftest import Endpoints
 from tests.integration.event_store.conftest import StoreEnv
 from tests.integration.read_your_writes.helpers import advance, hand_view, publish
+from views.read_your_writes import PositionToken, ViewsLaggingError, ViewWaiter
 
 POSTS = ("events.post",)
 

@@ -16,7 +16,6 @@ from event_store import Accepted
 from event_store.command_topic import CommandProcessor, CommandTopics, ensure_topics
 from infra.client import TributaryClient
 from infra.settings import load_settings
-from spark_streaming.read_your_writes import PositionToken, ViewsLaggingError
 from tests.integration.cdc_process import CdcProcess
 from tests.integration.conftest import Endpoints
 from tests.integration.event_store.conftest import StoreEnv
@@ -28,6 +27,7 @@ from tests.integration.read_your_writes.helpers import (
     hand_view,
     published_row,
 )
+from views.read_your_writes import PositionToken, ViewsLaggingError
 
 Factory = Callable[..., CdcProcess]
 REPO = Path(__file__).resolve().parents[3]

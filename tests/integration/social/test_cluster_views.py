@@ -21,10 +21,10 @@ from infra.stack import LocalStack
 from infra.stack.isolated import free_port_block
 from infra.stack.spark import LOCAL_MASTER, resolve_master
 from infra.views import views_config
-from spark_streaming.views import configured_views
 from tests.integration.conftest import Endpoints
 from tests.integration.pipeline.views_process import ViewsProcess
 from tests.integration.social.world import Workload, World, views_equal_the_truth
+from views.catalog import configured_views
 
 TEST_TIMEOUT_S = 420
 ROOT = Path(__file__).resolve().parents[3]

@@ -23,13 +23,14 @@ from examples.social.views.reference import (
     timelines_by_sql,
 )
 from projections.view import View
-from spark_streaming.dead_letters import REASON_HEADER, dlq_topic
 from spark_streaming.replay import replay
 from spark_streaming.runner import ViewRunner
 from spark_streaming.view_group import ViewGroupJob
-from spark_streaming.view_job import BatchReport, JobOptions, ViewJob
+from spark_streaming.view_job import BatchReport, ViewJob
 from tests.integration.conftest import Endpoints
 from tests.unit.projections.test_change_fuzz import poison_samples
+from views.catalog import JobOptions
+from views.dead_letters import REASON_HEADER, dlq_topic
 
 
 @dataclass

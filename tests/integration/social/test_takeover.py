@@ -31,13 +31,13 @@ from infra.commands import command_topics, load_registry
 from infra.http_api import create_app
 from infra.polling import Deadline, poll_until
 from infra.views import views_config
-from spark_streaming.views import configured_views
 from tests.integration.social.world import (
     Workload,
     World,
     source_of_truth,
     views_equal_the_truth,
 )
+from views.catalog import configured_views
 
 ROOT = Path(__file__).resolve().parents[3]
 TEST_TIMEOUT_S = 480

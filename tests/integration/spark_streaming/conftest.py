@@ -11,10 +11,10 @@ import psycopg
 import pytest
 
 from spark_streaming.session import spark_session
-from spark_streaming.views import ViewsConfig
 from tests.integration.conftest import Endpoints
 from tests.integration.spark_streaming.changefeed import ChangeFeed
 from tests.jvm import SPARK_CLASS_ARCHIVE, SPARK_JAVA_OPTIONS
+from views.catalog import ViewsConfig
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,8 @@ from connectors.kafka import KafkaConfig
 from connectors.stores.base import CommitHooks
 from spark_streaming.session import spark_session
 from spark_streaming.view_job import BatchReport, ViewJob
-from spark_streaming.views import ViewsConfig, configured_views
 from tests.jvm import SPARK_CLASS_ARCHIVE, SPARK_JAVA_OPTIONS
+from views.catalog import ViewsConfig, configured_views
 
 
 def main(raw: str) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from spark_streaming.view_job import BatchReport, ViewJob
-from spark_streaming.views import ViewsConfig, configured_views
 from tests.integration.spark_streaming.changefeed import ChangeFeed, applied_counts, mirror_rows
+from views.catalog import ViewsConfig, configured_views
 
 ROOT = Path(__file__).resolve().parents[3]
 MAX_OFFSETS = 400  # several batches per run

@@ -9,11 +9,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from infra.telemetry.batches import ViewBatchMetrics
 from infra.telemetry.endpoint import part_registry
-from spark_streaming.dead_letters import REASON_HEADER, dlq_topic
-from spark_streaming.lag import view_group
 from spark_streaming.view_job import BatchReport, ViewJob
-from spark_streaming.views import ViewsConfig, configured_views
 from tests.integration.spark_streaming.changefeed import ChangeFeed, applied_counts, mirror_rows
+from views.catalog import ViewsConfig, configured_views
+from views.dead_letters import REASON_HEADER, dlq_topic
+from views.lag import view_group
 
 
 def run_mirror(

@@ -18,9 +18,9 @@ from spark_streaming.errors import ReplayError
 from spark_streaming.replay import replay
 from spark_streaming.runner import ViewRunner
 from spark_streaming.view_job import ViewJob, checkpoint_dir
-from spark_streaming.views import ViewsConfig, configured_views
 from tests.integration.spark_streaming.changefeed import ChangeFeed, mirror_rows
 from tests.integration.spark_streaming.test_mirror_view import assert_mirrors, run_mirror
+from views.catalog import ViewsConfig, configured_views
 
 
 class Reader(threading.Thread):

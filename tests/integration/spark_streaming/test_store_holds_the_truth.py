@@ -9,7 +9,6 @@ from typing import Any
 import psycopg
 
 from spark_streaming.view_job import checkpoint_dir
-from spark_streaming.views import ViewsConfig, configured_views
 from tests.integration.spark_streaming.changefeed import ChangeFeed, applied_counts, mirror_rows
 from tests.integration.spark_streaming.test_crash_recovery import (
     driver,
@@ -18,6 +17,7 @@ from tests.integration.spark_streaming.test_crash_recovery import (
     view_table,
     wait_marker,
 )
+from views.catalog import ViewsConfig, configured_views
 
 
 def assert_mirrors(feed: ChangeFeed, table: str) -> None:

@@ -21,8 +21,8 @@ from pyspark.errors import StreamingQueryException
 from connectors.stores.base import Collection
 from connectors.stores.redis import RedisStore
 from spark_streaming.view_job import BatchReport, ViewJob
-from spark_streaming.views import ViewsConfig, configured_views
 from tests.integration.spark_streaming.changefeed import ChangeFeed, applied_counts, mirror_rows
+from views.catalog import ViewsConfig, configured_views
 
 MAX_OFFSETS = 150  # several batches
 ROWS = "rows"  # the mirror's collection

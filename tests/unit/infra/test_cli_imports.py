@@ -57,7 +57,7 @@ VIEWS = """
 import json, sys
 from infra.settings_light import light_settings
 from infra.views import views_config
-from spark_streaming.views import configured_views
+from views.catalog import configured_views
 views = configured_views(views_config(light_settings()))
 assert {"profile", "search", "timeline"} <= set(views), sorted(views)
 print(json.dumps(sorted(sys.modules)), file=sys.stderr)
@@ -113,7 +113,7 @@ def test_query_imports_no_spark_nor_web_framework(args: list[str], tmp_path: Pat
     driver: a store's driver comes with its first request, and no view was asked. Nor the
     Avro library: the registry's errors come without the registry."""
     modules = imported_by(args, tmp_path)
-    assert "spark_streaming.views" in modules  # it built the configured views
+    assert "views.catalog" in modules  # it built the configured views
     assert "examples.social.views.profile" in modules
     assert "infra.settings_light" in modules
     unwanted = [*NEVER, *ARROW, "fastavro", "sqlalchemy", "redis", *STATUS[:2], *HELP[:2]]

@@ -29,8 +29,8 @@ from infra.telemetry.cdc import ConnectorCollector, SlotCollector
 from infra.telemetry.commands import CommandMetrics
 from infra.telemetry.endpoint import part_registry
 from infra.telemetry.overview import OverviewCollector, ViewState, verify_metrics
-from spark_streaming.status import ViewStatus
 from spark_streaming.view_job import BatchReport
+from views.status import ViewStatus
 
 SNAKE = re.compile(r"^[a-z_:][a-z0-9_:]*$")
 LABEL = re.compile(r"^[a-z_][a-z0-9_]*$")

@@ -9,7 +9,7 @@ from connectors.errors import StoreUnavailableError
 from infra.settings import load_settings
 from infra.stack.isolated import free_port_block
 from infra.views import views_config
-from spark_streaming.views import configured_views
+from views.catalog import configured_views
 
 
 def test_the_timeline_query_reads_through_the_read_url(tmp_path: Path) -> None:

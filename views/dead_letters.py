@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 
 from connectors.kafka import KafkaConfig, TopicAdmin, history_topic
 from projections.view import DeadLetter
-from spark_streaming.errors import StreamingError
+from views.errors import DeadLetterError
 
 DLQ_PREFIX = "dlq."
 REASON_HEADER = "tributary.error.reason"
@@ -53,7 +53,7 @@ class DeadLetterQueue:
         self._lock = threading.Lock()  # a view's stores apply (and reject) in parallel
 
     def send(self, letters: Sequence[DeadLetter]) -> None:
-        """Produce and flush; raises :class:`StreamingError` if any record is not acknowledged."""
+        """Produce and flush; raises :class:`DeadLetterError` if any record is not acknowledged."""
         if not letters:
             return
         with self._lock:
@@ -83,7 +83,7 @@ class DeadLetterQueue:
             )
         left = self._producer.flush(self.timeout)
         if failures or left:
-            raise StreamingError(
+            raise DeadLetterError(
                 f"view {self.view}: dead-letter delivery to {self.topic} failed ({left} unsent,"
                 f" errors: {failures[:3]}); the batch is retried when the job restarts"
             )

@@ -4,7 +4,7 @@ import pytest
 
 from event_store.command import Accepted, Rejected, result_from_json
 from event_store.event import Position
-from spark_streaming.read_your_writes import (
+from views.read_your_writes import (
     InvalidPositionTokenError,
     PositionToken,
     ViewsLaggingError,

@@ -11,17 +11,25 @@ import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from connectors.kafka import KafkaConfig
 from connectors.postgres import compare_tables, table_columns
 from connectors.stores.postgres import PostgresStore
 from projections.mirror import mirror_table
 from projections.view import View, per_partition
-from spark_streaming.errors import UnknownViewError
+from views.errors import UnknownViewError
 
-if TYPE_CHECKING:  # the job's modules import Spark: `tributary status` reads views without it
-    from spark_streaming.view_job import JobOptions
+
+@dataclass(frozen=True)
+class JobOptions:
+    """How view queries run: checkpoint root, batch size cap, trigger interval, data-loss policy."""
+
+    checkpoint_root: Path
+    max_offsets_per_trigger: int | None = None
+    trigger_interval_s: float = 1.0
+    fail_on_data_loss: bool = True
+    extra_source_options: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -58,9 +66,7 @@ class ViewsConfig:
     lateness_slack_s: float = 600.0
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def job_options(self, *, replay: bool = False, **overrides: Any) -> "JobOptions":
-        from spark_streaming.view_job import JobOptions
-
+    def job_options(self, *, replay: bool = False, **overrides: Any) -> JobOptions:
         values: dict[str, Any] = {
             "checkpoint_root": self.checkpoint_root,
             "max_offsets_per_trigger": self.replay_max_offsets_per_trigger

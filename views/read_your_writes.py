@@ -24,7 +24,7 @@ from psycopg_pool import ConnectionPool
 
 from connectors.stores.model import Commit
 from projections.view import View
-from spark_streaming.errors import InvalidPositionTokenError, ViewsLaggingError
+from views.errors import InvalidPositionTokenError, ViewsLaggingError
 
 __all__ = ["InvalidPositionTokenError", "PositionToken", "ViewWaiter", "ViewsLaggingError"]
 

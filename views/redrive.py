@@ -34,8 +34,8 @@ from psycopg import sql
 from connectors.kafka import KafkaConfig, TopicAdmin
 from connectors.kafka.producing import idempotent_producer
 from connectors.kafka.reading import Record, read_at, read_range, read_topic
-from spark_streaming.dead_letters import REASON_HEADER, dlq_topic
-from spark_streaming.errors import StreamingError
+from views.dead_letters import REASON_HEADER, dlq_topic
+from views.errors import DeadLetterError
 
 __all__ = [
     "REDRIVEN_HEADER",
@@ -133,7 +133,7 @@ def parse_id(text: str) -> str:
     try:
         return f"{int(partition) if colon else 0}:{int(offset)}"
     except ValueError:
-        raise StreamingError(
+        raise DeadLetterError(
             f"{text!r} is not a dead letter's id (PARTITION:OFFSET or OFFSET, as `tributary dlq"
             " list` prints it)"
         ) from None
@@ -153,7 +153,7 @@ def select_letters(
     wanted = {parse_id(i) for i in ids}
     unknown = sorted(wanted - {d.id for d in letters})
     if unknown:
-        raise StreamingError(
+        raise DeadLetterError(
             f"no dead letter {', '.join(unknown)} among the view's"
             " (`tributary dlq list VIEW` shows them)"
         )
@@ -346,7 +346,7 @@ def _append(
         details[letter.id] = detail
     left = producer.flush(timeout)
     if failures or left:
-        raise StreamingError(
+        raise DeadLetterError(
             f"redrive of {len(letters)} dead letters not acknowledged ({left} unsent, errors:"
             f" {failures[:3]}): nothing was recorded; run the redrive again (the view's position"
             " guards drop any copy that did arrive)"
@@ -367,7 +367,7 @@ def since_seconds(text: str, now: float | None = None) -> float:
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise StreamingError(
+        raise DeadLetterError(
             f"--since {text!r}: give a duration (90s, 15m, 2h, 1d) or an ISO-8601 time"
         ) from None
     if moment.tzinfo is None:
