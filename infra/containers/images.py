@@ -47,7 +47,9 @@ PYTHON_PACKAGES = (
     "httpx",
     "prometheus-client",
 )
-IMAGE_PYTHON = "3.11.2"  # Debian bookworm's python3
+# What Debian bookworm's Python (3.11.2) needs besides, by markers a newer host's pip does not
+# resolve for it (redis: async-timeout below 3.11.3).
+IMAGE_PYTHON_EXTRAS = ("async-timeout>=4.0.3",)
 SOURCE_PACKAGES = ("cdc", "connectors", "event_store", "infra", "projections", "tributary")
 
 
@@ -139,11 +141,11 @@ def _python_stage(ctx: Path) -> None:
     wheels = ctx / "wheels"
     wheels.mkdir()
     # The host's pip configuration (its indexes, its cache) finds them; the build needs none.
-    # For the image's Python (Debian bookworm's 3.11.2), whose markers differ from a newer
-    # host's (redis needs async-timeout below 3.11.3).
     pip = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:"]
-    pip += ["--python-version", IMAGE_PYTHON]
-    subprocess.run([*pip, "-d", str(wheels), "-r", str(ctx / "requirements.txt")], check=True)
+    subprocess.run(
+        [*pip, "-d", str(wheels), "-r", str(ctx / "requirements.txt"), *IMAGE_PYTHON_EXTRAS],
+        check=True,
+    )
     for path in _source_files():
         target = ctx / "src" / path.relative_to(REPO)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -20,4 +20,5 @@ CONF
   echo "host replication all all trust" >> "$PGDATA/pg_hba.conf"
   echo "CREATE DATABASE tributary" | runuser -u postgres -- postgres --single -D "$PGDATA" postgres >/dev/null
 fi
-exec runuser -u postgres -- postgres -D "$PGDATA" -p "$PGPORT"
+# setpriv execs (runuser would stay the parent): postgres gets the stop signal itself
+exec setpriv --reuid=postgres --regid=postgres --init-groups postgres -D "$PGDATA" -p "$PGPORT"
