@@ -87,7 +87,9 @@ class Engine:
         return self.run(["image", "inspect", ref], check=False) == 0
 
     def image_id(self, ref: str) -> str:
-        return self.output(["image", "inspect", "--format", "{{.Id}}", ref])
+        """The image's id without its ``sha256:`` prefix (Docker's CLI shows it, podman's not)."""
+        image_id = self.output(["image", "inspect", "--format", "{{.Id}}", ref])
+        return image_id.removeprefix("sha256:")
 
     def build(
         self, context: Path, tags: list[str], build_args: dict[str, str], labels: dict[str, str]
@@ -107,9 +109,17 @@ class Engine:
 
 
 def detect_engine() -> Engine:
-    chosen = os.environ.get("TRIBUTARY_CONTAINER_ENGINE")
+    """``TRIBUTARY_CONTAINER_ENGINE`` (or ``TRIBUTARY_TEST_CONTAINER_ENGINE``, which the test
+    suite keeps); else podman once ``make podman-setup`` ran (its API service may also answer
+    the docker CLI: the images must be found by the same client); else a Docker engine that
+    answers; else podman."""
+    chosen = os.environ.get("TRIBUTARY_CONTAINER_ENGINE") or os.environ.get(
+        "TRIBUTARY_TEST_CONTAINER_ENGINE"
+    )
     if chosen is None:
-        if _docker_answers():
+        if shutil.which("podman") and podman_env_file().exists():
+            chosen = "podman"
+        elif _docker_answers():
             chosen = "docker"
         elif shutil.which("podman"):
             chosen = "podman"

@@ -12,8 +12,8 @@ from tests.integration.conftest import Endpoints
 
 def test_probe(stack: Endpoints) -> None:
     assert stack.containers is not None
-    Path(os.environ["TRIBUTARY_PROBE_MARKER"]).write_text(stack.containers.stack_id)
-    mode = os.environ["TRIBUTARY_PROBE_MODE"]
+    Path(os.environ["TRIBUTARY_TEST_PROBE_MARKER"]).write_text(stack.containers.stack_id)
+    mode = os.environ["TRIBUTARY_TEST_PROBE_MODE"]
     if mode == "sigint":
         os.kill(os.getpid(), signal.SIGINT)
     if mode != "fail":

@@ -136,8 +136,8 @@ def _probe(mode: str, tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
     env = {
         **os.environ,
         "TRIBUTARY_TEST_STACK": "containers",
-        "TRIBUTARY_PROBE_MODE": mode,
-        "TRIBUTARY_PROBE_MARKER": str(marker),
+        "TRIBUTARY_TEST_PROBE_MODE": mode,
+        "TRIBUTARY_TEST_PROBE_MARKER": str(marker),
         "PYTHONPATH": str(REPO),
     }
     argv = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q"]
