@@ -126,7 +126,10 @@ def down(settings: "Settings", purge: bool = False) -> None:
         if container is None:
             continue
         with contextlib.suppress(Exception):
-            container.stop(timeout=30)
+            if role == "net":  # `sleep` as PID 1 ignores SIGTERM; it holds nothing
+                container.kill()
+            else:
+                container.stop(timeout=30)
         if purge:
             with contextlib.suppress(Exception):
                 container.remove(force=True, v=True)
