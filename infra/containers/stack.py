@@ -276,11 +276,17 @@ def _labelled(client: "DockerClient", labels: dict[str, str]) -> Iterator[Any]:
     yield from client.containers.list(all=True, filters=filters)
 
 
+def _holders_last(containers: list[Any]) -> list[Any]:
+    """The namespace holders after the containers that joined their namespace: an engine
+    refuses to remove a holder while a container that joined it exists."""
+    return sorted(containers, key=lambda c: (c.labels or {}).get(ROLE_LABEL) == "net")
+
+
 def remove_labelled(labels: dict[str, str]) -> list[str]:
-    """Remove (force) every container with these labels; returns their ids."""
+    """Remove (force) every container with these labels, holders last; returns their ids."""
     client = docker_client()
     removed = []
-    for container in _labelled(client, labels):
+    for container in _holders_last(list(_labelled(client, labels))):
         with contextlib.suppress(Exception):
             container.remove(force=True, v=True)
             removed.append(container.id)
@@ -288,15 +294,19 @@ def remove_labelled(labels: dict[str, str]) -> list[str]:
 
 
 def reap_orphans() -> list[str]:
-    """Remove containers of stacks whose owner process on this host no longer runs."""
+    """Remove containers of stacks whose owner process on this host no longer runs (holders
+    last)."""
     client = docker_client()
     host = socket.gethostname()
-    removed = []
+    orphans = []
     for container in client.containers.list(all=True, filters={"label": [STACK_LABEL]}):
         owner = (container.labels or {}).get(OWNER_LABEL, "")
         owner_host, _, pid = owner.rpartition(":")
         if owner_host != host or not pid.isdigit() or _alive(int(pid)):
             continue
+        orphans.append(container)
+    removed = []
+    for container in _holders_last(orphans):
         with contextlib.suppress(Exception):
             container.remove(force=True, v=True)
             removed.append(container.id)

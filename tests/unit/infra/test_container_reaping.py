@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from infra.containers import stack as container_stack
-from infra.containers.stack import OWNER_LABEL, STACK_LABEL, reap_orphans
+from infra.containers.stack import OWNER_LABEL, ROLE_LABEL, STACK_LABEL, reap_orphans
 
 
 @dataclass
@@ -17,8 +17,11 @@ class FakeContainer:
     id: str
     labels: dict[str, str]
     removed: bool = False
+    joined_by: list["FakeContainer"] = field(default_factory=list)
 
     def remove(self, force: bool = False, v: bool = False) -> None:
+        if any(not c.removed for c in self.joined_by):  # as the engines refuse it
+            raise RuntimeError(f"{self.id} has dependent containers")
         self.removed = True
 
 
@@ -65,3 +68,15 @@ def test_only_containers_of_dead_owners_on_this_host_are_removed(
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_a_namespace_holder_is_removed_after_the_containers_that_joined_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    owner = {STACK_LABEL: "s", OWNER_LABEL: f"{socket.gethostname()}:{_dead_pid()}"}
+    postgres = FakeContainer("postgres", {**owner, ROLE_LABEL: "postgres"})
+    holder = FakeContainer("net", {**owner, ROLE_LABEL: "net"}, joined_by=[postgres])
+    client = FakeClient([holder, postgres])  # the engine lists the holder first
+    monkeypatch.setattr(container_stack, "docker_client", lambda: client)
+    assert reap_orphans() == ["postgres", "net"]
+    assert holder.removed and postgres.removed
