@@ -11,7 +11,8 @@ TEST_WORKERS ?= 2
 # starts about 5 s sooner. Written once per venv (about a minute), again when pyspark changes.
 SPARK_ARCHIVE = $(VENV)/share/tributary/spark-classes.jsa
 
-.PHONY: setup cdc-classes system-packages test unit integration lint demo bench chaos takeover clean
+.PHONY: setup cdc-classes system-packages test unit integration lint demo bench chaos takeover clean \
+	podman-setup podman-stop images test-containers
 
 setup: system-packages $(VENV)/.installed $(SPARK_ARCHIVE) cdc-classes
 
@@ -76,6 +77,28 @@ bench: setup
 CHAOS_ARGS ?=
 chaos: setup
 	$(BIN)/python -m tests.chaos $(CHAOS_ARGS)
+
+# Containers (docs/containers.md): none of these is needed by `make test`, which runs processes.
+# Podman here (its API service, its settings, the variables testcontainers reads; idempotent);
+# with Docker (a laptop) nothing needs setting up.
+podman-setup:
+	infra/containers/podman-setup.sh
+
+podman-stop:
+	infra/containers/podman-setup.sh stop
+
+# The stack's images, built with podman or Docker; an image whose inputs did not change is kept.
+images: $(VENV)/.installed
+	PYTHON=$(BIN)/python infra/containers/build
+
+# The integration tests marked for containers mode, against the services as containers.
+CONTAINERS_TESTS = -m "containers or containers_subset" tests/integration
+test-containers: setup
+	@docker info >/dev/null 2>&1 || infra/containers/podman-setup.sh
+	PYTHON=$(BIN)/python infra/containers/build
+	$(BIN)/python -m pip install -q -e ".[dev,containers]"
+	TRIBUTARY_TEST_STACK=containers $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist load \
+	  $(CONTAINERS_TESTS) $(PYTEST_ARGS)
 
 clean:
 	-$(BIN)/tributary down --purge

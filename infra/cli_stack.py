@@ -27,13 +27,36 @@ def up(
             " analytics jobs then run on it. Kept for later `up`s until changed.",
         ),
     ] = None,
+    containers: Annotated[
+        bool,
+        typer.Option(
+            "--containers",
+            help="Run the services as containers of the repository's images (podman or Docker;"
+            " docs/containers.md) instead of processes. Kept for later commands until"
+            " `down --purge`.",
+        ),
+    ] = False,
 ) -> None:
     """Start the local stack (PostgreSQL, object store + broker, Redis, schema registry, and a
     Spark cluster if asked); idempotent."""
+    from infra.containers import local as in_containers
     from infra.stack import LocalStack
 
-    stack = LocalStack(settings(), spark_workers=spark_workers)
+    s = settings()
     started = time.monotonic()
+    if containers or in_containers.recorded(s) is not None:
+        if any(c.state == "up" for c in LocalStack(s).status()):
+            fail(TributaryError("the stack runs as processes: `tributary down` it first"))
+        try:
+            statuses = in_containers.up(s)
+        except TributaryError as exc:
+            fail(exc)
+        print_status(statuses)
+        console.print(
+            f"stack up in {time.monotonic() - started:.1f}s (containers; state: {s.home})"
+        )
+        return
+    stack = LocalStack(s, spark_workers=spark_workers)
     try:
         statuses = stack.up()
     except TributaryError as exc:
@@ -47,9 +70,13 @@ def down(
     purge: Annotated[bool, typer.Option("--purge", help="Also delete all data.")] = False,
 ) -> None:
     """Stop the local stack gracefully; data is kept unless --purge."""
+    from infra.containers import local as in_containers
     from infra.stack import LocalStack
 
-    LocalStack(settings()).down(purge=purge)
+    s = settings()
+    if in_containers.recorded(s) is not None:
+        in_containers.down(s, purge=purge)
+    LocalStack(s).down(purge=purge)
     console.print("stack stopped" + (" and purged" if purge else " (data kept)"))
 
 
@@ -57,10 +84,17 @@ def down(
 def status(as_json: JsonFlag = False) -> None:
     """Each component (up/down, endpoint, PID), the long-running parts (state, restarts, metrics
     endpoint), the CDC connector and the views' positions."""
+    from infra.containers.local import STATE_FILE
     from infra.stack import LocalStack
 
     s = settings(light=True)
-    statuses = LocalStack(s).status()
+    if (s.home.resolve() / STATE_FILE).exists():  # `up --containers`
+        from infra.containers import local as in_containers
+
+        s = settings()
+        statuses = in_containers.status(s)
+    else:
+        statuses = LocalStack(s).status()
     rows: list[dict[str, object]] = [c.as_dict() for c in statuses]
     rows += part_rows(s)
     services_up = {c.name for c in statuses if c.state == "up"}
@@ -118,7 +152,8 @@ def part_rows(s: "Settings") -> list[dict[str, object]]:
 def print_status(statuses: list["ComponentStatus"]) -> None:
     from rich.table import Table
 
-    table = Table("component", "state", "endpoint", "pid")
+    modes = sorted({c.mode for c in statuses})
+    table = Table("component", "state", "endpoint", "pid", title=f"mode: {', '.join(modes)}")
     for c in statuses:
         color = "green" if c.state == "up" else "red"
         table.add_row(c.name, f"[{color}]{c.state}[/]", c.endpoint, str(c.pid or "-"))

@@ -30,6 +30,7 @@ class ComponentStatus:
     state: Literal["up", "down"]
     endpoint: str
     pid: int | None
+    mode: Literal["processes", "containers"] = "processes"  # `tributary up [--containers]`
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -9,14 +9,23 @@ without the object store under it, which on S3 costs about 13 ms of CPU per prod
 and 0.12 s per second idle on this 2-core machine. The tests of what the S3 engine itself does
 (its listing waits, its under-reported ends, topics that survive a broker restart) take
 ``s3_stack``: a broker on S3 storage of their module's own, as the local stack runs by default.
+
+``TRIBUTARY_TEST_STACK=containers``: the same services as containers of the images in
+``infra/containers`` (started with testcontainers through Docker or podman, ``make podman-setup``)
+on the same kind of settings; the tests that need the local processes (``stack.local``) skip,
+as with services named in the environment. The containers are removed by id after the
+session, and those of an earlier session killed before its clean-up when the next one starts.
 """
 
 import os
 import shutil
+import signal
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -27,6 +36,9 @@ from infra.settings import Settings, load_settings
 from infra.stack import LocalStack
 from infra.stack.isolated import isolated_settings
 
+if TYPE_CHECKING:
+    from infra.containers.stack import ContainerStack
+
 pytestmark = pytest.mark.integration
 
 
@@ -36,6 +48,7 @@ class Endpoints:
 
     settings: Settings
     local: LocalStack | None
+    containers: "ContainerStack | None" = None  # TRIBUTARY_TEST_STACK=containers
 
     @property
     def kafka(self) -> KafkaConfig:
@@ -59,11 +72,24 @@ class Endpoints:
         return self.settings.cache_url
 
 
+# The subset CI would run in containers mode too (`make test-containers`, marker
+# `containers_subset`): one module per service as a container, no Spark, a few minutes in all.
+CONTAINERS_SUBSET = (
+    "tests/integration/containers/",  # the mode's own: a killed container, nothing left behind
+    "tests/integration/cdc/test_capture.py",  # Debezium on PostgreSQL and the broker
+    "tests/integration/schema_registry/test_confluent_clients.py",  # the registry, Confluent's
+    "tests/integration/event_store/test_events_on_kafka.py",  # outbox -> CDC -> Avro, registry
+    "tests/integration/stores/test_contract.py",  # the PostgreSQL, Redis and Kafka stores
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Which worker of `make test` runs what: tests/scheduling.py.
     for item in items:
         if "/integration/" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+        if item.nodeid.startswith(CONTAINERS_SUBSET):
+            item.add_marker(pytest.mark.containers_subset)
 
 
 @pytest.fixture(scope="session")
@@ -76,6 +102,9 @@ def stack() -> Iterator[Endpoints]:
     if all(external.values()):
         yield Endpoints(load_settings(**external), None)
         return
+    if os.environ.get("TRIBUTARY_TEST_STACK", "processes") == "containers":
+        yield from _container_stack()
+        return
     settings = isolated_settings("tributary-session-", broker_storage="memory")
     local = LocalStack(settings)
     local.up()
@@ -83,6 +112,33 @@ def stack() -> Iterator[Endpoints]:
         yield Endpoints(settings, local)
     finally:
         local.down(purge=True)
+        shutil.rmtree(settings.home.parent, ignore_errors=True)
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _container_stack() -> Iterator[Endpoints]:
+    from infra.containers.stack import ContainerStack
+
+    settings = isolated_settings("tributary-session-", broker_storage="memory")
+    containers = ContainerStack(settings)
+    # SIGTERM (a CI timeout) ends the session as Ctrl-C does: the fixtures' clean-up runs.
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous == signal.SIG_DFL and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        containers.up()
+        print(
+            f"\ncontainers stack {containers.stack_id} up in {containers.start_seconds:.1f}s"
+            f" (images checked in {containers.images_seconds:.1f}s)"
+        )
+        yield Endpoints(settings, None, containers)
+    finally:
+        containers.down()
+        if previous == signal.SIG_DFL and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
         shutil.rmtree(settings.home.parent, ignore_errors=True)
 
 

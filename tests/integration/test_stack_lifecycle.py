@@ -48,8 +48,9 @@ def test_up_from_empty_folder_then_status_json(own_stack: LocalStack) -> None:
     for component in status:
         assert {"name", "state", "endpoint", "pid"} <= set(component)
     for component in status[:4]:
-        assert set(component) == {"name", "state", "endpoint", "pid"}
+        assert set(component) == {"name", "state", "endpoint", "pid", "mode"}
         assert component["state"] == "up"
+        assert component["mode"] == "processes"  # not `up --containers`
         assert isinstance(component["pid"], int) and is_alive(component["pid"])
     assert status[0]["endpoint"].endswith(f":{own_stack.settings.postgres_port}/tributary")
 
