@@ -268,8 +268,8 @@ class PgKeys:
         if found is not None:
             return found
         for _ in range(3):
-            row = self.connection.execute(
-                self.sql, {"t": subject[0], "i": subject[1], "k": new_key()}
+            row = self.connection.execute(  # not prepared: the bus prepares its own
+                self.sql, {"t": subject[0], "i": subject[1], "k": new_key()}, prepare=False
             ).fetchone()
             if row is None:
                 continue
