@@ -64,7 +64,7 @@ from event_store.errors import (
 )
 from event_store.event import NewEvent
 from event_store.faults import brief, command_fault, storable_text, traceback_of
-from event_store.personal import PgKeys, SubjectForgottenError
+from event_store.personal import PersonalDataRejected, PgKeys
 from event_store.prepared import Statement, StatementsLost, int8
 from event_store.reading import event_from_row
 from event_store.registry import CommandRegistry, HandlerContext, Read, Route
@@ -464,7 +464,7 @@ class CommandBus:
                 return result
             try:
                 return self._accept(driver, command, command_id, aggregate, loaded_version, fence)
-            except SubjectForgottenError as forgotten:  # raised before anything is written
+            except PersonalDataRejected as forgotten:  # raised before anything is written
                 result = Rejected(command_id, str(forgotten))
                 self._commit(driver, command, command_id, stream_id, result, None, None, fence)
                 return result

@@ -46,8 +46,17 @@ _NONCE = 12
 Subject = tuple[str, str]  # (subject type, subject id as text)
 
 
-class SubjectForgottenError(EventStoreError):
+class PersonalDataRejected(EventStoreError):
+    """Personal data that cannot be written: the command is rejected, nothing stored."""
+
+
+class SubjectForgottenError(PersonalDataRejected):
     """An event of a forgotten subject cannot be written: its key is gone."""
+
+
+class UnstorableValueError(PersonalDataRejected):
+    """A personal value the database could not store in plain either (a NUL character):
+    refused as PostgreSQL refuses it in jsonb (SQLSTATE 22P05), though encrypted it would fit."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +158,11 @@ def encrypt_data(
         subject = subject_of(mark, data)
         if subject is None or out.get(name) is None:
             continue
+        if "\\u0000" in json.dumps(out[name]):
+            raise UnstorableValueError(
+                f"the database cannot store {name}: it holds a NUL character (\\u0000;"
+                " 22P05, untranslatable character)"
+            )
         out[name] = encrypt(keys.key_for(subject), out[name], subject, name)
     return out
 
