@@ -168,5 +168,5 @@ def test_the_app_tables_setting() -> None:
 def test_a_nul_character_in_personal_data_is_refused_as_the_database_would() -> None:
     from event_store.personal import Personal, UnstorableValueError, encrypt_data
 
-    with pytest.raises(UnstorableValueError, match="cannot store text.*22P05"):
+    with pytest.raises(UnstorableValueError, match=r"cannot store text.*22P05"):
         encrypt_data({"text": Personal("user", "a")}, {"a": 1, "text": "a\x00b"}, MemoryKeys())
