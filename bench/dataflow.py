@@ -235,11 +235,25 @@ def run_size(
 
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(USERS_TABLE)
+        from connectors.postgres import make_engine
+        from event_store import create_schema
+        from event_store.personal import PgKeys
+
+        engine = make_engine(settings.postgres())
+        with engine.begin() as conn:  # the subject keys the views decrypt posts' text with
+            create_schema(conn, "event_store")
+        engine.dispose()
         started = time.perf_counter()
+        key_conn = psycopg.connect(dsn, autocommit=True)
         feed = LikingFeed(
-            kafka, "cdc", partitions=args.partitions, registry_url=settings.registry_url
+            kafka,
+            "cdc",
+            partitions=args.partitions,
+            registry_url=settings.registry_url,
+            keys=PgKeys(key_conn, "event_store"),
         )
         done = fill_with_likes(feed, events, users)
+        key_conn.close()
         lateness = Lateness.of_seconds(settings.allowed_lateness_s, settings.lateness_slack_s)
         plan = workload_plan(events, 24.0, lateness.allowed_ms)
         sent, _, _ = fill_activity(kafka, "activity", plan, args.partitions)

@@ -45,6 +45,9 @@ from bench.spark_reads import plain_read, plain_read_topics, source_alone
 from bench.stopping import stop_cleanly_on_sigterm
 from connectors.kafka import KafkaConfig, TopicAdmin, state_topic
 from connectors.kafka.config import ClientValue
+from connectors.postgres import make_engine
+from event_store import create_schema
+from event_store.personal import PgKeys
 from examples.social.views import social_views
 from examples.social.views.reference import expected_search, timelines_by_sql
 from infra.stack import LocalStack
@@ -248,8 +251,20 @@ def run_social(
     kafka = settings.kafka("bench")
     dsn = settings.postgres().dsn
     started = time.perf_counter()
-    feed = BenchFeed(kafka, "cdc", partitions=partitions, registry_url=settings.registry_url)
+    engine = make_engine(settings.postgres())
+    with engine.begin() as conn:  # the subject keys the views decrypt the posts' text with
+        create_schema(conn, "event_store")
+    engine.dispose()
+    key_conn = psycopg.connect(dsn, autocommit=True)
+    feed = BenchFeed(
+        kafka,
+        "cdc",
+        partitions=partitions,
+        registry_url=settings.registry_url,
+        keys=PgKeys(key_conn, "event_store"),
+    )
     done = fill_social(feed, events, users)
+    key_conn.close()
     state = feed.state
     print(
         f"\n== social views: {feed.records:,} records, {partitions} partitions"

@@ -64,6 +64,7 @@ from event_store.errors import (
 )
 from event_store.event import NewEvent
 from event_store.faults import brief, command_fault, storable_text, traceback_of
+from event_store.personal import PersonalDataRejected, PgKeys
 from event_store.prepared import Statement, StatementsLost, int8
 from event_store.reading import event_from_row
 from event_store.registry import CommandRegistry, HandlerContext, Read, Route
@@ -461,7 +462,12 @@ class CommandBus:
                 result: CommandResult = Rejected(command_id, rejection.reason)
                 self._commit(driver, command, command_id, stream_id, result, None, None, fence)
                 return result
-            return self._accept(driver, command, command_id, aggregate, loaded_version, fence)
+            try:
+                return self._accept(driver, command, command_id, aggregate, loaded_version, fence)
+            except PersonalDataRejected as forgotten:  # raised before anything is written
+                result = Rejected(command_id, str(forgotten))
+                self._commit(driver, command, command_id, stream_id, result, None, None, fence)
+                return result
 
     def _begin_and_load(
         self,
@@ -540,7 +546,8 @@ class CommandBus:
         fence: Fence | None,
     ) -> Accepted:
         metadata = {"command_id": command_id, "command_type": command.command_name}
-        new_events = [self.registry.codec.encode(e, metadata) for e in aggregate.pending]
+        keys = PgKeys(driver, self.store.tables.schema)
+        new_events = [self.registry.codec.encode(e, metadata, keys) for e in aggregate.pending]
         version = loaded_version + len(new_events)
         accepted = Accepted(
             command_id=command_id,

@@ -5,8 +5,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from connectors.avro import AvroSchema, from_json
-from event_store.errors import EventDecodeError, UnknownEventTypeError
+from event_store.errors import EventDecodeError, EventStoreError, UnknownEventTypeError
 from event_store.event import Event, EventRegistry, JsonObject, NewEvent, RecordedEvent
+from event_store.personal import KeyStore, Personal, encrypt_data, personal_fields
 from event_store.upcasting import Upcasters
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class EventCodec:
         self.upcasters = upcasters or Upcasters()
         self.schema_ids: dict[tuple[str, int], int] = {}
         self._heads: dict[tuple[str, int], AvroSchema] = {}
+        self._personal: dict[type[Any], dict[str, Personal]] = {}
 
     def register_schemas(self, registry: "SchemaRegistrar") -> dict[tuple[str, int], int]:
         """Register the Avro schema of every event class in the schema registry
@@ -59,7 +61,11 @@ class EventCodec:
         self._heads = heads
         return self.schema_ids
 
-    def encode(self, event: Event, metadata: JsonObject | None = None) -> NewEvent:
+    def encode(
+        self, event: Event, metadata: JsonObject | None = None, keys: "KeyStore | None" = None
+    ) -> NewEvent:
+        """The event as stored; its personal fields (:mod:`event_store.personal`) encrypted
+        with their subjects' keys from ``keys`` (required when it has any)."""
         if (event.event_name, event.schema_version) not in self.events:
             raise UnknownEventTypeError(
                 f"{type(event).__qualname__} ({event.event_name} v{event.schema_version}) "
@@ -67,6 +73,16 @@ class EventCodec:
             )
         key = (event.event_name, event.schema_version)
         data = to_json(event)
+        marks = self._personal.get(type(event))
+        if marks is None:
+            marks = self._personal[type(event)] = personal_fields(type(event))
+        if marks:
+            if keys is None:
+                raise EventStoreError(
+                    f"{event.event_name} has personal fields ({', '.join(marks)}): encoding it"
+                    " needs the subjects' keys (event_store.personal)"
+                )
+            data = encrypt_data(marks, data, keys)
         schema_id = self.schema_ids.get(key)
         head = self._heads.get(key)
         return NewEvent(
@@ -83,7 +99,9 @@ class EventCodec:
         )
 
     def decode(self, recorded: RecordedEvent) -> Event:
-        """The stored event upcast to its newest shape and validated into its class."""
+        """The stored event upcast to its newest shape and validated into its class (its
+        personal fields hold their encrypted tokens: aggregates decide without them; readers
+        decrypt with :func:`event_store.personal.decrypt_data`)."""
         current = self.upcasters.upcast(recorded)
         cls = self.events.get(current.event_type, current.schema_version)
         if cls is None:

@@ -230,6 +230,20 @@ def _ddl(schema: str) -> list[str]:
             "offset"      bigint NOT NULL,
             published_at  timestamptz NOT NULL DEFAULT now()
         )""",
+        # One AES-256-GCM key per data subject (event_store.personal): personal fields of
+        # events are stored and published encrypted with it. Forgetting the subject sets
+        # ``key`` to NULL and ``forgotten_at``: the row stays, as the record that it was
+        # forgotten (no personal data in it). Not captured by CDC.
+        f"""
+        CREATE TABLE IF NOT EXISTS {s}.subject_keys (
+            subject_type  text NOT NULL,
+            subject_id    text NOT NULL,
+            key           bytea,
+            created_at    timestamptz NOT NULL DEFAULT now(),
+            forgotten_at  timestamptz,
+            PRIMARY KEY (subject_type, subject_id),
+            CHECK ((key IS NULL) = (forgotten_at IS NOT NULL))
+        )""",
     ]
 
 
@@ -259,6 +273,7 @@ def grant_application_role(connection: Connection, role: str, schema: str = DEFA
         f"GRANT SELECT, INSERT ON {s}.events, {s}.commands TO {r}",
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.snapshots, {s}.consumer_positions TO {r}",
         f"GRANT SELECT, INSERT, UPDATE ON {s}.published_streams TO {r}",
+        f"GRANT SELECT, INSERT, UPDATE ON {s}.subject_keys TO {r}",
     ]:
         connection.execute(text(statement))
 

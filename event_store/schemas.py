@@ -10,6 +10,7 @@ Each event class has one Avro record schema, derived from its dataclass fields::
         hashtags: tuple[str, ...]               # -> array of string
         created_at: datetime                    # -> long, logicalType timestamp-micros
         edited_at: datetime | None = None       # -> ["null", timestamp-micros], default null
+        note: str = field(metadata=personal("post", "post_id"))  # -> bytes, encrypted
 
 ``int`` is ``long``, ``float`` ``double``, ``bool`` ``boolean``, ``str`` ``string``, ``bytes``
 ``bytes``; ``datetime`` is ``timestamp-micros``, ``date`` ``date``, ``UUID`` a ``uuid``
@@ -17,7 +18,9 @@ string; tuples, lists and sets are arrays, ``dict[str, X]`` maps, a nested datac
 record, ``X | None`` a union with null. A field with a default gets it as the Avro default.
 The record is named ``<namespace>.<event_name>`` (``Event.namespace``, default
 ``io.tributary.events``) — the registry subject under the record-name strategy — and ends
-with the ``_meta`` envelope (:data:`connectors.avro.EVENT_META_SCHEMA`).
+with the ``_meta`` envelope (:data:`connectors.avro.EVENT_META_SCHEMA`). A personal field
+(:func:`event_store.personal.personal`) is ``bytes`` (its encrypted token) with the property
+``tributary.personal``: ``{"subject", "id_field", "type": <the plain value's Avro type>}``.
 
 :func:`register_event_schemas` registers every class of a domain before anything is appended
 (the command bus's entry points call it at start); an incompatible change (error 409) raises
@@ -38,6 +41,7 @@ from typing import Any, Protocol
 from connectors.avro import EVENT_META_SCHEMA, META_FIELD, full_name
 from event_store.errors import EventStoreError
 from event_store.event import Event
+from event_store.personal import PERSONAL_PROPERTY, Personal, personal_fields
 
 _PRIMITIVES: dict[Any, Any] = {
     bool: "boolean",
@@ -76,6 +80,7 @@ def avro_schema(cls: type[Event]) -> dict[str, Any]:
     """The Avro record schema of an event class (see the module's doc)."""
     if not dataclasses.is_dataclass(cls):
         raise EventSchemaError(f"{cls.__qualname__} is not a dataclass")
+    personal_fields(cls)  # checks the marks
     record = _record(cls, cls.event_name, cls.namespace, {})
     if any(f["name"] == META_FIELD for f in record["fields"]):
         raise EventSchemaError(f"{cls.__qualname__}: the field name {META_FIELD} is reserved")
@@ -112,6 +117,20 @@ def _record(
         doc = f.metadata.get("doc")
         if doc:
             avro["doc"] = str(doc)
+        mark = f.metadata.get("personal")
+        if isinstance(mark, Personal):
+            # Stored and published encrypted: opaque bytes (the token of
+            # event_store.personal) to any reader; the property says whose and what is inside.
+            plain = avro["type"]
+            nullable = isinstance(plain, list) and plain[0] == "null"
+            avro["type"] = ["null", "bytes"] if nullable else "bytes"
+            avro[PERSONAL_PROPERTY] = {
+                "subject": mark.subject,
+                "id_field": mark.id_field,
+                "type": plain,
+            }
+            if f.default is not dataclasses.MISSING and f.default is not None:
+                raise EventSchemaError(f"{where}: a personal field's default can only be None")
         default: Any = dataclasses.MISSING
         if f.default is not dataclasses.MISSING:
             default = f.default

@@ -35,6 +35,7 @@ COMMAND_MODULES = {
     "down": "infra.cli_stack",
     "status": "infra.cli_stack",
     "topics": "infra.cli_stack",
+    "forget": "infra.cli_forget",
     "verify": "infra.cli_verify",
     "repair": "infra.cli_verify",
     "run-views": "infra.cli_views",

@@ -262,6 +262,13 @@ class Settings(SettingsMethods, BaseSettings):
         " held.",
     )
 
+    forget_tables: str = Field(
+        "user=public.users.id",
+        description="The application's CDC-captured columns holding each subject type's id,"
+        " `type=schema.table.column[;...]`, comma-separated: `tributary forget` refuses, printing"
+        " the DELETEs, while any of them still holds a row of the subject.",
+    )
+
     # Views
     mirror_tables: str = Field(
         "public.users",

@@ -22,7 +22,7 @@ from connectors.subscriber.policies import (
     raise_undecodable,
     skip_undecodable,
 )
-from connectors.subscriber.records import Delivery, EventRecord, KafkaPosition
+from connectors.subscriber.records import Delivery, EventRecord, KafkaPosition, Reveal
 from connectors.subscriber.subscriber import CommitMode, Start, Subscriber
 
 E = TypeVar("E")
@@ -62,6 +62,7 @@ def subscribe(
     event_decoder: None = ...,
     properties: Mapping[str, ClientValue] | None = ...,
     schema_registry_url: str | None = ...,
+    reveal: Reveal | None = ...,
 ) -> Subscriber[EventRecord]: ...
 
 
@@ -80,6 +81,7 @@ def subscribe(
     event_decoder: Callable[[EventRecord], E],
     properties: Mapping[str, ClientValue] | None = ...,
     schema_registry_url: str | None = ...,
+    reveal: Reveal | None = ...,
 ) -> Subscriber[E]: ...
 
 
@@ -97,6 +99,7 @@ def subscribe(
     event_decoder: Callable[[EventRecord], Any] | None = None,
     properties: Mapping[str, ClientValue] | None = None,
     schema_registry_url: str | None = None,
+    reveal: Reveal | None = None,
 ) -> Subscriber[Any]:
     """Subscribe to ``cdc.*`` and ``events.*`` topics (names, or ``^regex`` patterns in group
     mode).
@@ -117,6 +120,9 @@ def subscribe(
     - ``properties``: extra librdkafka consumer properties (``session.timeout.ms``, ...).
     - ``schema_registry_url``: the registry ``events.*`` records' schema ids refer to (the
       local stack's, or ``TRIBUTARY_SCHEMA_REGISTRY_URL``); needed to read ``events.*``.
+    - ``reveal``: decrypts personal fields (writer schema, data) -> data, e.g.
+      ``event_store.personal.Revealer(KeyReader(dsn, schema))`` for a reader allowed to see
+      personal data; without it they stay opaque tokens (bytes).
     """
     return Subscriber(
         topics,
@@ -131,6 +137,7 @@ def subscribe(
         commit_interval=commit_interval,
         properties=properties,
         schema_registry_url=schema_registry_url,
+        reveal=reveal,
     )
 
 

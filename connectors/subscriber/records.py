@@ -10,7 +10,8 @@ event decoder to turn it into the domain event (``event_store.subscription.domai
 """
 
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
@@ -96,12 +97,18 @@ class Delivery(Generic[E]):
     timestamp_ms: int | None
 
 
+#: Decrypts an event's personal fields: (writer schema, data) -> data (personal fields
+#: stay opaque bytes without one).
+Reveal = Callable[[Mapping[str, Any], dict[str, Any]], dict[str, Any]]
+
+
 class EventDecoder:
     """Decodes ``events.*`` values (the Confluent wire format), fetching each writer schema
     from the schema registry by its id once (``schema_registry_url``)."""
 
-    def __init__(self, schema_registry_url: str | None) -> None:
+    def __init__(self, schema_registry_url: str | None, reveal: "Reveal | None" = None) -> None:
         self.schema_registry_url = schema_registry_url
+        self.reveal = reveal
         self.schemas: SchemaCache | None = (
             None if schema_registry_url is None else registry_schemas(schema_registry_url)
         )
@@ -115,5 +122,8 @@ class EventDecoder:
                 "events.* records name their schema by a registry id: subscribe with"
                 " schema_registry_url"
             )
-        _, record = self.schemas.decode(value)
-        return EventRecord.from_parts(topic, event_parts(record))
+        schema, record = self.schemas.decode(value)
+        parts = event_parts(record)
+        if self.reveal is not None and parts.typed:
+            parts = replace(parts, data=self.reveal(schema.definition, parts.data))
+        return EventRecord.from_parts(topic, parts)

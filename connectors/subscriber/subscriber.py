@@ -29,6 +29,7 @@ from connectors.subscriber.records import (
     EventRecord,
     Headers,
     KafkaPosition,
+    Reveal,
 )
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class Subscriber(Generic[E]):
         event_prefix: str = EVENT_PREFIX,
         properties: Mapping[str, ClientValue] | None = None,
         schema_registry_url: str | None = None,
+        reveal: Reveal | None = None,
     ) -> None:
         if not topics:
             raise SubscriberError("subscribe to at least one topic")
@@ -84,7 +86,7 @@ class Subscriber(Generic[E]):
         self.cdc_prefix = cdc_prefix
         self.event_prefix = event_prefix
         self._convert = event_decoder
-        self._events = EventDecoder(schema_registry_url)
+        self._events = EventDecoder(schema_registry_url, reveal)
         self._on_error = on_error or DeadLetters(kafka, dead_letter_topic)
         self._stored: dict[Partition, int] = {}
         if isinstance(start, str):

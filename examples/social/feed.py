@@ -18,6 +18,7 @@ from connectors.kafka import KafkaConfig, TopicAdmin, history_topic, state_topic
 from connectors.kafka.config import ClientValue
 from connectors.kafka.producing import idempotent_producer
 from connectors.schema_registry.client import RegistryClient
+from event_store.personal import KeyStore, MemoryKeys, encrypt_data, personal_fields
 from event_store.schemas import register_event_schemas
 from examples.social import hashtags
 from examples.social.follows import FOLLOW_EVENTS
@@ -47,6 +48,9 @@ class SocialFeed:
     state: SocialState = field(default_factory=SocialState)
     sent: list[Record] = field(default_factory=list)
     registry_url: str | None = None  # the schema registry (required: events are typed)
+    #: the subject keys personal fields are encrypted with (event_store.personal); views
+    #: decrypt with the same table. None: keys in memory (no view can read the text).
+    keys: KeyStore | None = None
 
     #: producer settings beside idempotence and Java's key placement (a benchmark's feed sizes
     #: them for bulk)
@@ -71,6 +75,12 @@ class SocialFeed:
         )
         assert self.registry_url is not None, "events are typed: pass registry_url"
         self.outbox, self.schema_ids = social_outbox(self.registry_url)
+        self.personal = {
+            (cls.event_name, cls.schema_version): personal_fields(cls)
+            for cls in [*POST_EVENTS, *FOLLOW_EVENTS]
+        }
+        if self.keys is None:
+            self.keys = MemoryKeys()
         self.lsn = 5_000_000
         self.versions: dict[str, int] = {}
         self.next_post = 1
@@ -136,6 +146,10 @@ class SocialFeed:
     ) -> None:
         version = self.versions.get(stream_id, 0) + 1
         self.versions[stream_id] = version
+        marks = self.personal.get((event_type, schema_version))
+        if marks:
+            assert self.keys is not None
+            data = encrypt_data(marks, data, self.keys)
         lsn = self._lsn()
         row = {
             "event_id": str(uuid.UUID(int=self.rng.getrandbits(128))),

@@ -4,6 +4,10 @@ and creation time; a like names the post's author, the user who liked it and whe
 An early release stored ``PostPublished`` v1 (no hashtags, ``published_at``); the upcaster in
 :data:`POST_UPCASTERS` turns it into today's ``PostCreated`` v2 on read, so the old rows
 stay untouched.
+
+Personal data (:mod:`event_store.personal`): a post's ``text`` belongs to its author
+(``user``, ``author_id``) and is stored and published encrypted with the author's key.
+Ids, hashtags and times stay readable (hashtags feed the trending analytics).
 """
 
 import re
@@ -12,6 +16,7 @@ from datetime import datetime
 
 from event_store import Aggregate, Command, CommandRejected, Event, Upcasters
 from event_store.event import JsonObject
+from event_store.personal import personal
 
 MAX_TEXT = 500
 _HASHTAG = re.compile(r"#(\w+)")
@@ -65,7 +70,7 @@ class PostCreated(Event, name="PostCreated", version=2):
 
     post_id: int
     author_id: int
-    text: str
+    text: str = field(metadata=personal("user", "author_id"))
     hashtags: tuple[str, ...]
     created_at: datetime
 
@@ -76,7 +81,7 @@ class PostEdited(Event, name="PostEdited"):
 
     post_id: int
     author_id: int
-    text: str
+    text: str = field(metadata=personal("user", "author_id"))
     hashtags: tuple[str, ...]
     created_at: datetime
     edited_at: datetime

@@ -13,6 +13,7 @@ from infra.http_api.auth import command_guard, read_guard
 from infra.http_api.commands import add_command_route
 from infra.http_api.dashboard import add_dashboard_routes
 from infra.http_api.errors import install_error_handlers
+from infra.http_api.forget import add_forget_route
 from infra.http_api.gateway import CommandGateway
 from infra.http_api.health import add_health_route
 from infra.http_api.metrics import add_metrics_route, serve_registry
@@ -77,6 +78,7 @@ def create_app(
     )
     install_error_handlers(app)
     add_command_route(app, api)
+    add_forget_route(app, api)
     add_health_route(app, api)
     add_metrics_route(app, api)
     add_dashboard_routes(app, api)

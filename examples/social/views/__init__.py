@@ -40,16 +40,23 @@ def social_views(config: "ViewsConfig") -> "list[View]":
     users = f"{config.topic_prefix}.public.users"
     posts = f"{config.event_topic_prefix}post"
     follows = f"{config.event_topic_prefix}follows"
+    subjects = f"{config.event_topic_prefix}subject"  # SubjectForgotten: purge the user
     source, events = config.catalog_dsn, config.event_store_schema
     registry = config.schema_registry_url
-    search = search_view(config.index_root, (posts, users), registry_url=registry)
-    profile = profile_view(config.redis_url, (users, follows, posts), registry_url=registry)
+    keys = (source, events)  # the event store's subject keys decrypt personal fields
+    search = search_view(
+        config.index_root, (posts, users, subjects), registry_url=registry, keys=keys
+    )
+    profile = profile_view(
+        config.redis_url, (users, follows, posts, subjects), registry_url=registry, keys=keys
+    )
     timeline = timeline_view(
         config.postgres_dsn,
         config.views_schema,
-        (posts, follows),
+        (posts, follows, subjects),
         read_dsn=config.read_dsn,
         registry_url=registry,
+        keys=keys,
     )
     return [
         replace(search, verify=check_search(search, source, events)),

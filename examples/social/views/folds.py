@@ -7,7 +7,14 @@ Three inputs, three entity collections (each view keeps the ones it needs):
 - ``events.post`` -> ``posts``: key = the post id, fields = the post (author, text, hashtags,
   creation and edit time), position = the stream version; ``PostDeleted`` removes it;
 - ``events.follows`` -> ``follows``: key = ``<follower>:<followee>``, fields = both ids,
-  position = the version of the follower's stream; ``UserUnfollowed`` removes the edge.
+  position = the version of the follower's stream; ``UserUnfollowed`` removes the edge;
+- ``events.subject`` -> ``forgotten``: key = ``<type>:<id>`` of each ``SubjectForgotten``,
+  which each view's materializer purges the subject on.
+
+Personal fields (a post's text) arrive encrypted: the fold reads the keys of the subjects a
+partition's batch needs from the event store's key table once (options ``keys_dsn``,
+``keys_schema``) and decrypts; an event that names a forgotten user (author, follower or
+followee) folds into a removal, so a replay from offset zero never brings the user back.
 
 Every record of a key lives in one partition (keyed topics), so each partition folds alone,
 on an executor. Users are folded columnar (the mirror's fold); events are Avro-decoded one by
@@ -16,9 +23,10 @@ the schema registry the fold's ``registry`` option names) and folded per key to 
 version.
 """
 
+import contextlib
 import io
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -32,8 +40,16 @@ from pydantic_core import to_jsonable_python
 from connectors.avro import MAGIC, SchemaCache, event_parts, registry_schemas
 from connectors.schema_registry.errors import RegistryUnavailableError
 from event_store.event import Position, RecordedEvent
+from event_store.personal import (
+    KeyReader,
+    Subject,
+    decrypt_data,
+    personal_of_schema,
+    plain_types_of_schema,
+    subjects,
+)
 from examples.social.posts import POST_UPCASTERS
-from examples.social.views.entities import FOLLOWS, POSTS, USERS
+from examples.social.views.entities import FOLLOWS, FORGOTTEN, POSTS, USER, USERS
 from projections.folding import emit, folded_batch, parse_json, records_table, rejections
 from projections.mirror import fold_changes
 
@@ -41,18 +57,18 @@ Options = Mapping[str, str]
 
 
 def fold_search(batches: Iterable[pa.RecordBatch], options: Options) -> Iterator[pa.RecordBatch]:
-    """The search index's inputs: users and posts."""
-    return fold_entities(batches, {USERS, POSTS}, options)
+    """The search index's inputs: users and posts (and forgotten subjects)."""
+    return fold_entities(batches, {USERS, POSTS, FORGOTTEN}, options)
 
 
 def fold_profile(batches: Iterable[pa.RecordBatch], options: Options) -> Iterator[pa.RecordBatch]:
-    """The profile cache's inputs: users, posts and follows."""
-    return fold_entities(batches, {USERS, POSTS, FOLLOWS}, options)
+    """The profile cache's inputs: users, posts and follows (and forgotten subjects)."""
+    return fold_entities(batches, {USERS, POSTS, FOLLOWS, FORGOTTEN}, options)
 
 
 def fold_timeline(batches: Iterable[pa.RecordBatch], options: Options) -> Iterator[pa.RecordBatch]:
-    """The home timeline's inputs: posts and follows."""
-    return fold_entities(batches, {POSTS, FOLLOWS}, options)
+    """The home timeline's inputs: posts and follows (and forgotten subjects)."""
+    return fold_entities(batches, {POSTS, FOLLOWS, FORGOTTEN}, options)
 
 
 def fold_entities(
@@ -84,7 +100,9 @@ def _fold_topic(part: pa.Table, wanted: set[str], options: Options) -> list[pa.R
     out: list[pa.RecordBatch | None] = []
     if is_event.any():
         events = part.filter(pa.array(is_event))
-        out += _fold_events(events, wanted, registry_schemas(options["registry"]))
+        out += _fold_events(
+            events, wanted, registry_schemas(options["registry"]), key_lookup(options)
+        )
     other = ~is_event & (present | (not event_topic))
     if not other.any():
         return out
@@ -160,8 +178,10 @@ class _Folded:
 
 def decode_event(value: bytes, schemas: SchemaCache) -> dict[str, Any]:
     """An event record's envelope (``event_id``, ``version``, ``occurred_at``, ...) with its
-    data in JSON form (ISO-8601 times, as the store keeps it), upcast to the current shape."""
-    _, record = schemas.decode(value)
+    data in JSON form (ISO-8601 times, as the store keeps it), upcast to the current shape;
+    personal fields still encrypted (their tokens), named with their subjects in
+    ``personal`` (from the writer schema's ``tributary.personal`` properties)."""
+    schema, record = schemas.decode(value)
     parts = event_parts(record)
     meta = parts.meta
     recorded = RecordedEvent(
@@ -177,7 +197,52 @@ def decode_event(value: bytes, schemas: SchemaCache) -> dict[str, Any]:
         Position(0, 0),
     )
     current = POST_UPCASTERS.upcast(recorded)
-    return {**meta, "event_type": current.event_type, "data": dict(current.data)}
+    marks = personal_of_schema(schema.definition) if parts.typed else {}
+    return {
+        **meta,
+        "event_type": current.event_type,
+        "data": dict(current.data),
+        "personal": marks,
+        "plain_types": plain_types_of_schema(schema.definition) if marks else {},
+    }
+
+
+#: Fields of the social events that name a user: an event naming a forgotten user folds
+#: into a removal (its post or follow edge), so no replay brings the user back.
+USER_FIELDS = ("author_id", "follower_id", "followee_id")
+
+
+def open_event(event: dict[str, Any], keys: Mapping[Subject, bytes | None]) -> dict[str, Any]:
+    """The event with its personal fields decrypted (redacted where the key is gone), and
+    ``forgotten``: whether it names a forgotten user."""
+    data = event["data"]
+    if event["personal"]:
+        data = decrypt_data(event["personal"], data, keys, event["plain_types"])
+    forgotten = any(
+        data.get(name) is not None
+        and (USER, str(data[name])) in keys
+        and keys[(USER, str(data[name]))] is None
+        for name in USER_FIELDS
+    )
+    return {**event, "data": data, "forgotten": forgotten}
+
+
+def needed_keys(event: dict[str, Any]) -> set[Subject]:
+    """The subjects whose keys (or whose forgetting) the event's fold needs."""
+    data = event["data"]
+    out = subjects(event["personal"], data) if event["personal"] else set()
+    out.update((USER, str(data[name])) for name in USER_FIELDS if data.get(name) is not None)
+    return out
+
+
+def key_lookup(options: Options) -> "Callable[[set[Subject]], dict[Subject, bytes | None]]":
+    """The subject keys the fold's options name (``keys_dsn``, ``keys_schema``: the event
+    store's key table), read once per call; without them no key is known (every personal
+    field reads redacted)."""
+    dsn = options.get("keys_dsn")
+    if not dsn:
+        return lambda wanted: {}
+    return KeyReader(dsn, options.get("keys_schema", "event_store")).lookup
 
 
 def _entity(event: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None, bool] | None:
@@ -195,6 +260,10 @@ def _entity(event: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None, boo
         return POSTS, str(data["post_id"]), fields, kind == "PostCreated"
     if kind == "PostDeleted":
         return POSTS, str(data["post_id"]), None, False
+    if kind == "SubjectForgotten":
+        key = f"{data['subject_type']}:{data['subject_id']}"
+        fields = {"subject_type": str(data["subject_type"]), "subject_id": str(data["subject_id"])}
+        return FORGOTTEN, key, fields, True
     if kind in ("UserFollowed", "UserUnfollowed"):
         key = f"{int(data['follower_id'])}:{int(data['followee_id'])}"
         if kind == "UserUnfollowed":
@@ -209,28 +278,44 @@ def _entity(event: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None, boo
 
 
 def _fold_events(
-    table: pa.Table, wanted: set[str], schemas: SchemaCache
+    table: pa.Table,
+    wanted: set[str],
+    schemas: SchemaCache,
+    lookup: "Callable[[set[Subject]], dict[Subject, bytes | None]]",
 ) -> list[pa.RecordBatch | None]:
     values = table.column("value").to_pylist()
     folded: dict[tuple[str, str], _Folded] = {}
     reasons: dict[int, str] = {}
     offsets = table.column("offset").to_pylist()
     order = sorted(range(len(values)), key=offsets.__getitem__)
+    decoded: list[tuple[int, dict[str, Any]]] = []
     for row in order:
         value = values[row]
         if value is None:
             continue  # events are never deleted: a tombstone here means nothing
         try:
-            event = decode_event(value, schemas)
-            entity = _entity(event)
+            decoded.append((row, decode_event(value, schemas)))
         except RegistryUnavailableError:
             raise  # the registry does not answer: the batch fails and is retried
         except Exception as exc:  # any undecodable record is a dead letter, never a stop
+            reasons[row] = f"not a readable event: {type(exc).__name__}: {exc}"
+    wanted_keys: set[Subject] = set()
+    for _, event in decoded:
+        with contextlib.suppress(Exception):  # a malformed id: a dead letter below
+            wanted_keys |= needed_keys(event)
+    keys = lookup(wanted_keys)
+    for row, event in decoded:
+        try:
+            event = open_event(event, keys)
+            entity = _entity(event)
+        except Exception as exc:  # any unreadable event is a dead letter, never a stop
             reasons[row] = f"not a readable event: {type(exc).__name__}: {exc}"
             continue
         if entity is None or entity[0] not in wanted:
             continue
         collection, key, fields, created = entity
+        if event["forgotten"] and collection != FORGOTTEN:
+            fields, created = None, False  # it names a forgotten user: a removal
         version = int(event["version"])
         current = folded.get((collection, key))
         if current is not None and version <= current.position:

@@ -13,7 +13,9 @@ from typing import Any
 from connectors.stores.base import Collection, StoreTxn
 from connectors.stores.model import Applied, Put
 from connectors.stores.redis import RedisStore
-from examples.social.views.entities import FOLLOWS, POSTS, USERS
+from examples.social.views.entities import FOLLOWS, FORGOTTEN, POSTS, USERS
+from examples.social.views.forgetting import forgotten_users, purge_user
+from examples.social.views.keys import key_options
 from projections.view import Query, QueryParam, View, per_partition
 
 NAME = "profile"
@@ -23,6 +25,7 @@ COLLECTIONS = (
     Collection(FOLLOWS, lookups=("follower_id", "followee_id")),
     Collection(POSTS, lookups=("author_id",)),
     Collection(PROFILES),
+    Collection(FORGOTTEN),
 )
 
 
@@ -46,8 +49,11 @@ def _users_touched(change: Applied) -> set[str]:
 def count_profiles(txn: StoreTxn, applied: Sequence[Applied]) -> None:
     """Rebuild ``profile:{id}`` of every user this batch touched."""
     touched: set[str] = set()
+    for user_id in forgotten_users(applied):
+        touched |= purge_user(txn, user_id, (USERS, FOLLOWS, POSTS))
+        touched.add(user_id)
     for change in applied:
-        if change.write.collection != PROFILES:
+        if change.write.collection not in (PROFILES, FORGOTTEN):
             touched |= _users_touched(change)
     for user_id in sorted(touched, key=lambda u: (len(u), u)):
         user = txn.get(USERS, user_id)
@@ -76,6 +82,7 @@ def profile_view(
     key_format: str = "profile:{key}",
     *,
     registry_url: str,
+    keys: tuple[str, str] | None = None,
 ) -> View:
     store = RedisStore(redis_url, name, COLLECTIONS, count_profiles, {PROFILES: key_format})
 
@@ -88,7 +95,9 @@ def profile_view(
     return View(
         name=name,
         topics=topics,
-        fold=per_partition("examples.social.views.folds:fold_profile", registry=registry_url),
+        fold=per_partition(
+            "examples.social.views.folds:fold_profile", registry=registry_url, **key_options(keys)
+        ),
         store=store,
         description="profile:{user_id} in Redis: handle, display name, bio, follower, "
         "followee and post counts",

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from event_store.personal import decrypt
 from examples.social.views.timeline import LENGTH
 
 
@@ -22,6 +23,15 @@ class SocialState:
     users: dict[int, dict[str, Any]] = field(default_factory=dict)
     posts: dict[int, dict[str, Any]] = field(default_factory=dict)  # live posts only
     follows: set[tuple[int, int]] = field(default_factory=set)  # (follower, followee)
+    forgotten: set[int] = field(default_factory=set)  # users forgotten: in no view
+
+    def forget(self, user_id: int) -> None:
+        """What the views hold once ``user_id`` is forgotten: no user entry, none of their
+        posts, no follow edge naming them."""
+        self.forgotten.add(user_id)
+        self.users.pop(user_id, None)
+        self.posts = {k: p for k, p in self.posts.items() if p["author_id"] != user_id}
+        self.follows = {(a, b) for a, b in self.follows if user_id not in (a, b)}
 
 
 def expected_profiles(state: SocialState) -> dict[int, dict[str, Any]]:
@@ -98,7 +108,8 @@ def timelines_by_sql(
 
 
 def source_of_truth(dsn: str, event_store_schema: str = "event_store") -> SocialState:
-    """Users from the CRUD table; live posts and follow edges folded from the event store."""
+    """Users from the CRUD table; live posts and follow edges folded from the event store
+    (posts' text decrypted with the subject keys); forgotten users taken out."""
     state = SocialState()
     with psycopg.connect(dsn) as conn:
         for user_id, handle, name, bio in conn.execute(
@@ -110,7 +121,27 @@ def source_of_truth(dsn: str, event_store_schema: str = "event_store") -> Social
                 "SELECT event_type, schema_version, data FROM {} ORDER BY stream_id, version"
             ).format(sql.Identifier(event_store_schema, "events"))
         ).fetchall()
+        try:
+            keys = {
+                (str(t), str(i)): None if k is None else bytes(k)
+                for t, i, k in conn.execute(
+                    sql.SQL("SELECT subject_type, subject_id, key FROM {}").format(
+                        sql.Identifier(event_store_schema, "subject_keys")
+                    )
+                ).fetchall()
+            }
+        except psycopg.errors.UndefinedTable:
+            keys = {}
     for event_type, schema_version, data in events:
+        if event_type in ("PostCreated", "PostEdited") and str(data["text"]).startswith("tx1:"):
+            author = ("user", str(data["author_id"]))
+            key = keys.get(author)
+            data = {
+                **data,
+                "text": "[forgotten]"
+                if key is None
+                else decrypt(key, data["text"], author, "text"),
+            }
         if event_type == "PostPublished" and schema_version == 1:  # the v1 shape, upcast
             event_type = "PostCreated"
             data = {**data, "created_at": data["published_at"], "hashtags": []}
@@ -122,6 +153,9 @@ def source_of_truth(dsn: str, event_store_schema: str = "event_store") -> Social
             state.follows.add((int(data["follower_id"]), int(data["followee_id"])))
         elif event_type == "UserUnfollowed":
             state.follows.discard((int(data["follower_id"]), int(data["followee_id"])))
+    for (kind, subject_id), key in keys.items():
+        if kind == "user" and key is None:
+            state.forget(int(subject_id))
     return state
 
 

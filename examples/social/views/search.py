@@ -14,7 +14,9 @@ from typing import Any
 from connectors.stores.base import Collection, StoreTxn
 from connectors.stores.model import Applied, Put
 from connectors.stores.tantivy import SearchField, TantivyStore
-from examples.social.views.entities import POSTS, USERS
+from examples.social.views.entities import FORGOTTEN, POSTS, USERS
+from examples.social.views.forgetting import forgotten_users, purge_user
+from examples.social.views.keys import key_options
 from projections.view import Query, QueryParam, View, per_partition
 
 NAME = "search"
@@ -27,12 +29,18 @@ SEARCH_FIELDS = (
     SearchField("edited_at", "date"),
 )
 RANKED_BY = ("text", "hashtags", "author_handle", "author_name")
-COLLECTIONS = (Collection(POSTS, lookups=("author_id",)), Collection(USERS))
+COLLECTIONS = (
+    Collection(POSTS, lookups=("author_id",)),
+    Collection(USERS),
+    Collection(FORGOTTEN),
+)
 
 
 def join_authors(txn: StoreTxn, applied: Sequence[Applied]) -> None:
     """Give each post written in this batch, and each post of a user written in it, the
-    author's current handle and display name."""
+    author's current handle and display name (after purging the users it forgot)."""
+    for user_id in forgotten_users(applied):
+        purge_user(txn, user_id, (USERS, POSTS))
     posts: set[str] = set()
     for change in applied:
         write = change.write
@@ -69,9 +77,15 @@ def hit(score: float, fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def search_view(
-    index_root: Path, topics: tuple[str, ...], name: str = NAME, *, registry_url: str
+    index_root: Path,
+    topics: tuple[str, ...],
+    name: str = NAME,
+    *,
+    registry_url: str,
+    keys: tuple[str, str] | None = None,
 ) -> View:
-    """The search view; ``registry_url``: the schema registry events' schema ids refer to."""
+    """The search view; ``registry_url``: the schema registry events' schema ids refer to;
+    ``keys``: (DSN, event store schema) of the subject keys that decrypt personal fields."""
     store = TantivyStore(index_root, name, COLLECTIONS, join_authors, search_fields=SEARCH_FIELDS)
 
     def search(q: str, limit: int = 10) -> list[dict[str, Any]]:
@@ -81,7 +95,9 @@ def search_view(
     return View(
         name=name,
         topics=topics,
-        fold=per_partition("examples.social.views.folds:fold_search", registry=registry_url),
+        fold=per_partition(
+            "examples.social.views.folds:fold_search", registry=registry_url, **key_options(keys)
+        ),
         store=store,
         description="full-text search over live posts, with their authors (tantivy, BM25)",
         queries=(

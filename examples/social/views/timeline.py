@@ -21,7 +21,9 @@ from connectors.stores.base import Collection, StoreTxn
 from connectors.stores.model import Applied, Put
 from connectors.stores.pg_tables import TypedColumn, TypedTable
 from connectors.stores.postgres import PostgresStore, TableAccess
-from examples.social.views.entities import FOLLOWS, POSTS
+from examples.social.views.entities import FOLLOWS, FORGOTTEN, POSTS
+from examples.social.views.forgetting import forgotten_users, purge_user
+from examples.social.views.keys import key_options
 from projections.view import Query, QueryParam, View, per_partition
 
 NAME = "timeline"
@@ -72,7 +74,11 @@ def rebuild_timelines(txn: StoreTxn, applied: Sequence[Applied]) -> None:
     """Recompute the timelines of the affected users from the follows and posts held."""
     if not isinstance(txn, TableAccess):
         raise StoreError("the timeline view runs on the PostgreSQL store")
-    users = affected_users(txn, applied)
+    forgotten = forgotten_users(applied)
+    purged: set[int] = {int(u) for u in forgotten}
+    for user_id in forgotten:  # their followers' timelines lose their posts; theirs goes
+        purged |= {int(u) for u in purge_user(txn, user_id, (FOLLOWS, POSTS))}
+    users = sorted(set(affected_users(txn, applied)) | purged)
     if not users:
         return
     timeline = txn.table_sql(TIMELINE)
@@ -112,6 +118,7 @@ def timeline_view(
     *,
     read_dsn: str | None = None,
     registry_url: str,
+    keys: tuple[str, str] | None = None,
 ) -> View:
     """The timeline view: its store writes through ``dsn``; its query reads through
     ``read_dsn`` (the views' read-only role; default ``dsn``)."""
@@ -123,6 +130,7 @@ def timeline_view(
         (
             Collection(POSTS, lookups=("author_id",)),
             Collection(FOLLOWS, lookups=("follower_id", "followee_id")),
+            Collection(FORGOTTEN),
             timeline_table(),
         ),
         rebuild_timelines,
@@ -163,7 +171,9 @@ def timeline_view(
     return View(
         name=name,
         topics=topics,
-        fold=per_partition("examples.social.views.folds:fold_timeline", registry=registry_url),
+        fold=per_partition(
+            "examples.social.views.folds:fold_timeline", registry=registry_url, **key_options(keys)
+        ),
         store=store,
         description=f"each user's newest {LENGTH} posts by the users they follow (PostgreSQL)",
         queries=(

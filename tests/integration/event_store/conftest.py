@@ -92,3 +92,24 @@ def env(stack: Endpoints, unique: str) -> Iterator[StoreEnv]:
             conn.execute(text(f"DROP OWNED BY {role}"))
             conn.execute(text(f"DROP ROLE {role}"))
         admin.dispose()
+
+
+def plain_text(engine: Engine, schema: str, author_id: int, token: str | bytes) -> str:
+    """A post's text from its stored or published token (personal data, encrypted with the
+    author's key in the store's key table); fails when the value is not a token."""
+    from sqlalchemy import text
+
+    from event_store.personal import decrypt
+
+    assert (token.decode() if isinstance(token, bytes) else token).startswith("tx1:"), token
+    subject = ("user", str(author_id))
+    with engine.connect() as conn:
+        key = conn.execute(
+            text(
+                f"SELECT key FROM {schema}.subject_keys WHERE subject_type = :t AND subject_id = :i"
+            ),
+            {"t": subject[0], "i": subject[1]},
+        ).scalar_one()
+    value = decrypt(bytes(key), token, subject, "text")
+    assert isinstance(value, str)
+    return value

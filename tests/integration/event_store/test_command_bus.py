@@ -26,7 +26,7 @@ from examples.social import (
     UnfollowUser,
 )
 from examples.social.follows import Following
-from tests.integration.event_store.conftest import StoreEnv
+from tests.integration.event_store.conftest import StoreEnv, plain_text
 
 
 def test_a_retried_command_id_appends_nothing_and_returns_the_first_result(
@@ -221,7 +221,8 @@ def test_a_snapshot_loaded_aggregate_equals_a_replayed_one(env: StoreEnv) -> Non
         replayed = bus.replay(aggregate_type, stream)
         assert loaded.version == replayed.version
         assert loaded.state == replayed.state
-    assert bus.load(Post, "post-3").state.text == "v10 #t8"
+    post = bus.load(Post, "post-3").state
+    assert plain_text(env.admin, env.schema, post.author_id, post.text) == "v10 #t8"
     assert bus.load(Following, "follows-1").state.followees == frozenset({2, 4})
 
 
@@ -237,7 +238,8 @@ def test_loads_really_start_from_the_snapshot_unless_its_shape_is_outdated(env: 
             )
         )
     assert bus.load(Post, "post-4").state.author_id == 99  # came from the snapshot
-    assert bus.load(Post, "post-4").state.text == "third"  # plus the event after it
+    third = bus.load(Post, "post-4").state.text  # plus the event after it
+    assert plain_text(env.admin, env.schema, 1, third) == "third"
     assert bus.replay(Post, "post-4").state.author_id == 1
 
     class PostV2(Post):

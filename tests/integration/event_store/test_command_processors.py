@@ -34,6 +34,7 @@ from infra.commands import command_topics, ownership_group
 from infra.polling import poll_until
 from infra.settings import Settings, load_settings
 from tests.integration.conftest import Endpoints
+from tests.integration.event_store.conftest import plain_text
 from tests.integration.event_store.napping import napping_registry
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -325,9 +326,15 @@ def test_a_paused_processor_loses_its_partitions_and_its_append_is_refused_when_
         schema = fleet.settings.event_store_schema
         with psycopg.connect(fleet.dsn) as conn:
             texts = conn.execute(
-                f"SELECT data->>'text' FROM {schema}.events WHERE stream_id = 'post-500'"  # type: ignore[arg-type]
+                f"SELECT data->>'author_id', data->>'text' FROM {schema}.events"  # type: ignore[arg-type]
+                " WHERE stream_id = 'post-500'"
             ).fetchall()
-        assert texts == [(f"handled by pid {second.pid}",)], (texts, fleet.logs())
+        engine = make_engine(fleet.settings.postgres())
+        try:  # the text is personal: stored encrypted with the author's key
+            plain = [(plain_text(engine, schema, int(a), t),) for a, t in texts]
+        finally:
+            engine.dispose()
+        assert plain == [(f"handled by pid {second.pid}",)], (texts, fleet.logs())
         # the woken processor takes a share again; later commands are each handled once
         poll_until(
             lambda: fleet.shares() == Counter({first.pid: 2, second.pid: 2}),

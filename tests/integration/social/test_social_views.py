@@ -13,7 +13,11 @@ from typing import Any
 import psycopg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
 
+from event_store import create_schema
+from event_store.personal import PgKeys
 from examples.social.feed import SocialFeed
 from examples.social.views import profile_view, search_view, timeline_view
 from examples.social.views.reference import (
@@ -51,9 +55,18 @@ class Social:
 @pytest.fixture
 def social(stack: Endpoints, unique: str, tmp_path: Path) -> Iterator[Social]:
     registry = stack.settings.registry_url
-    feed = SocialFeed(stack.kafka, f"t{unique}", registry_url=registry)
-    topics = feed.topics
     schema = f"views_{unique}"
+    keys_schema = f"keys_{unique}"  # the subject keys that encrypt the posts' text
+    engine = create_engine(make_url(stack.database_url))
+    with engine.begin() as conn:
+        create_schema(conn, keys_schema)
+    engine.dispose()
+    key_conn = psycopg.connect(stack.postgres_dsn, autocommit=True)
+    feed = SocialFeed(
+        stack.kafka, f"t{unique}", registry_url=registry, keys=PgKeys(key_conn, keys_schema)
+    )
+    topics = feed.topics
+    keys = (stack.postgres_dsn, keys_schema)
     yield Social(
         feed,
         search_view(
@@ -61,6 +74,7 @@ def social(stack: Endpoints, unique: str, tmp_path: Path) -> Iterator[Social]:
             (topics["posts"], topics["users"]),
             f"search_{unique}",
             registry_url=registry,
+            keys=keys,
         ),
         profile_view(
             stack.redis_url,
@@ -68,6 +82,7 @@ def social(stack: Endpoints, unique: str, tmp_path: Path) -> Iterator[Social]:
             f"profile_{unique}",
             f"t{unique}:profile:{{key}}",
             registry_url=registry,
+            keys=keys,
         ),
         timeline_view(
             stack.postgres_dsn,
@@ -75,14 +90,17 @@ def social(stack: Endpoints, unique: str, tmp_path: Path) -> Iterator[Social]:
             (topics["posts"], topics["follows"]),
             f"timeline_{unique}",
             registry_url=registry,
+            keys=keys,
         ),
         schema,
         stack.postgres_dsn,
         JobOptions(checkpoint_root=tmp_path / "checkpoints", max_offsets_per_trigger=700),
     )
     feed.producer.flush(10)
+    key_conn.close()
     with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.execute(f"DROP SCHEMA IF EXISTS {keys_schema} CASCADE")
 
 
 def run_view(

@@ -17,14 +17,17 @@ from connectors.avro import (
 )
 from connectors.schema_registry.memory import MemoryRegistry
 from event_store import Event, EventCodec, EventRegistry
+from event_store.personal import MemoryKeys, decrypt, encrypt
 from event_store.schemas import EventSchemaError, avro_schema, register_event_schemas
 from examples.social.posts import POST_EVENTS, PostCreated
 
 EVENT_ID = str(uuid.uuid4())
+KEYS = MemoryKeys()  # a post's text is personal: stored and published encrypted
+AUTHOR = ("user", "3")
 DATA = {
     "post_id": 7,
     "author_id": 3,
-    "text": "hi #kafka",
+    "text": encrypt(KEYS.key_for(AUTHOR), "hi #kafka", AUTHOR, "text"),
     "hashtags": ["kafka"],
     "created_at": "2026-11-21T20:00:00.5Z",
 }
@@ -77,7 +80,8 @@ def test_a_typed_row_becomes_a_record_of_its_type_in_the_confluent_wire_format()
     assert parts.meta["event_id"] == uuid.UUID(EVENT_ID)
     assert parts.meta["occurred_at"] == datetime(2026, 11, 21, 20, 0, 1, tzinfo=UTC)
     assert parts.meta["position"] == 11 and parts.metadata == {"command_id": "c1"}
-    assert parts.data["text"] == "hi #kafka"
+    assert decrypt(KEYS.key_for(AUTHOR), parts.data["text"], AUTHOR, "text") == "hi #kafka"
+    assert b"hi #kafka" not in event.value
 
 
 def test_a_row_without_a_schema_id_goes_out_with_the_untyped_envelope() -> None:
@@ -117,7 +121,13 @@ def test_an_event_class_gives_a_documented_typed_schema() -> None:
     assert schema["name"] == "PostCreated" and schema["namespace"] == "io.tributary.events"
     assert schema["doc"].startswith("A post was written")
     fields = {f["name"]: f["type"] for f in schema["fields"]}
-    assert fields["post_id"] == "long" and fields["text"] == "string"
+    assert fields["post_id"] == "long" and fields["text"] == "bytes"  # personal: encrypted
+    [text] = [f for f in schema["fields"] if f["name"] == "text"]
+    assert text["tributary.personal"] == {
+        "subject": "user",
+        "id_field": "author_id",
+        "type": "string",
+    }
     assert fields["hashtags"] == {"type": "array", "items": "string"}
     assert fields["created_at"] == {"type": "long", "logicalType": "timestamp-micros"}
     assert fields["_meta"]["name"] == "EventMeta"
@@ -192,10 +202,12 @@ def test_the_codecs_payload_head_is_the_outbox_value_before_meta() -> None:
     event = PostCreated(
         7, 3, "hi #kafka", ("kafka",), datetime(2026, 11, 21, 20, 0, 0, 500000, UTC)
     )
-    new = codec.encode(event, {"command_id": "c1"})
+    new = codec.encode(event, {"command_id": "c1"}, KEYS)
     assert new.schema_id == ids[("PostCreated", 2)] and new.payload_head is not None
     row = {**_row(schema_id=new.schema_id), "data": json.dumps(new.data)}
     value = EventOutbox(registry).record(row, None).value
     assert value is not None and value.startswith(new.payload_head)
     assert len(value) > len(new.payload_head)  # _meta follows, appended by the store
-    assert EventCodec(EventRegistry(POST_EVENTS)).encode(event).payload_head is None  # no ids
+    assert (  # no ids
+        EventCodec(EventRegistry(POST_EVENTS)).encode(event, None, KEYS).payload_head is None
+    )

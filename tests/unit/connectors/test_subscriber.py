@@ -23,8 +23,11 @@ from connectors.subscriber import (
 )
 from connectors.subscriber.policies import error_headers
 from connectors.subscriber.records import EventDecoder, EventRecord
+from event_store.personal import REDACTED_TEXT, MemoryKeys, Revealer, encrypt
 from event_store.schemas import register_event_schemas
 from examples.social.posts import POST_EVENTS
+
+AUTHOR = ("user", "1")
 
 
 def _event_value(registry: MemoryRegistry) -> tuple[str, bytes]:
@@ -42,7 +45,7 @@ def _event_value(registry: MemoryRegistry) -> tuple[str, bytes]:
             {
                 "post_id": 7,
                 "author_id": 1,
-                "text": "hi",
+                "text": encrypt(KEYS.key_for(AUTHOR), "hi", AUTHOR, "text"),
                 "hashtags": [],
                 "created_at": "2026-01-01T00:00:00Z",
             }
@@ -53,6 +56,9 @@ def _event_value(registry: MemoryRegistry) -> tuple[str, bytes]:
     [record] = EventOutbox(registry).route(json.dumps({"op": "c", "after": row}), b"1")
     assert record.value is not None
     return row["event_id"], record.value
+
+
+KEYS = MemoryKeys()
 
 
 def test_an_event_value_decodes_into_a_typed_record() -> None:
@@ -67,15 +73,25 @@ def test_an_event_value_decodes_into_a_typed_record() -> None:
     assert record.event_id == uuid.UUID(event_id)
     assert (record.stream_id, record.version, record.position) == ("7", 3, 42)
     assert record.event_type == "PostCreated" and record.schema_version == 2
-    assert record.data == {
+    plain = {
         "post_id": 7,
         "author_id": 1,
         "text": "hi",
         "hashtags": [],
         "created_at": datetime(2026, 1, 1, tzinfo=UTC),
     }
+    # Personal fields stay opaque without a key (the post's text: its encrypted token)...
+    assert isinstance(record.data["text"], bytes) and record.data["text"].startswith(b"tx1:")
+    assert {k: v for k, v in record.data.items() if k != "text"} == {
+        k: v for k, v in plain.items() if k != "text"
+    }
     assert record.metadata == {}
     assert record.occurred_at.tzinfo is not None
+    # ... a reader given the keys (reveal) reads them; once forgotten they read redacted.
+    decoder.reveal = Revealer(KEYS.lookup)
+    assert decoder.decode("events.post", value).data == plain
+    decoder.reveal = Revealer(lambda wanted: {AUTHOR: None})  # the key destroyed
+    assert decoder.decode("events.post", value).data == {**plain, "text": REDACTED_TEXT}
 
 
 def test_values_that_are_not_events_are_refused() -> None:

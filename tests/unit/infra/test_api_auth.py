@@ -134,3 +134,30 @@ def test_openapi_declares_the_bearer_scheme_on_protected_routes() -> None:
     assert read["security"] == [{"readToken": []}]
     assert {"401", "403"} <= set(command["responses"]) & set(read["responses"])
     assert "security" not in spec["paths"]["/health"]["get"]
+
+
+def test_forget_needs_the_command_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    from event_store.forgetting import ForgetResult
+    from infra import forgetting
+
+    calls: list[tuple[str, str]] = []
+
+    def forget_subject(settings: Any, kind: str, subject_id: str) -> ForgetResult:
+        calls.append((kind, subject_id))
+        if subject_id == "404":
+            return ForgetResult("unknown", kind, subject_id)
+        return ForgetResult("forgotten", kind, subject_id, position=f"subject/{kind}-1@1")
+
+    monkeypatch.setattr(forgetting, "forget_subject", forget_subject)
+    api = client(api_token=COMMAND_TOKEN, api_read_token=READ_TOKEN)
+    body = {"subject_type": "user", "subject_id": "42"}
+    assert api.post("/forget", json=body).status_code == 401
+    assert api.post("/forget", json=body, headers=bearer(READ_TOKEN)).status_code == 403
+    assert calls == []  # refused before anything is forgotten
+    done = api.post("/forget", json=body, headers=bearer(COMMAND_TOKEN))
+    assert done.status_code == 200 and done.json()["status"] == "forgotten"
+    assert done.json()["position_token"] == "subject/user-1@1" and calls == [("user", "42")]
+    unknown = {"subject_type": "user", "subject_id": "404"}
+    assert api.post("/forget", json=unknown, headers=bearer(COMMAND_TOKEN)).status_code == 404
+    spec = api.get("/openapi.json").json()
+    assert spec["paths"]["/forget"]["post"]["security"]

@@ -1,0 +1,66 @@
+"""``POST /forget``: forget a data subject (as `tributary forget`), behind the write token."""
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from infra.http_api.api import Api
+from infra.http_api.errors import AUTH_RESPONSES, ERROR_RESPONSES, error
+from infra.view_queries import reason_of, unavailable
+
+
+class ForgetBody(BaseModel):
+    subject_type: str = Field(min_length=1, max_length=100, description="e.g. user")
+    subject_id: str = Field(min_length=1, max_length=200, description="e.g. 42")
+
+
+STATUS = {"forgotten": 200, "already": 200, "unknown": 404, "pending": 409}
+
+
+def add_forget_route(app: FastAPI, api: Api) -> None:
+    async def post_forget(body: ForgetBody) -> JSONResponse:
+        from infra.forgetting import forget_subject
+
+        try:
+            result = await run_in_threadpool(
+                forget_subject, api.settings, body.subject_type, body.subject_id
+            )
+        except Exception as exc:
+            if unavailable(exc):
+                return error(503, f"nothing was forgotten: {reason_of(exc)}")
+            raise
+        out: dict[str, Any] = {
+            "status": result.status,
+            "subject_type": result.subject_type,
+            "subject_id": result.subject_id,
+            "message": result.message,
+            "remaining": [{"table": t, "rows": n} for t, n in result.remaining],
+            "sql": result.sql,
+            "position_token": result.position,
+        }
+        return JSONResponse(out, status_code=STATUS[result.status])
+
+    app.add_api_route(
+        "/forget",
+        post_forget,
+        methods=["POST"],
+        summary="Forget a data subject",
+        description=(
+            "Destroys the subject's key and appends `SubjectForgotten` (the views purge the"
+            " subject within their next micro-batch): 200 `forgotten` (with its position"
+            " token) or `already`; 404 for an unknown subject; 409 while the application's"
+            " captured tables still hold it (`remaining`, and the `sql` that deletes them)."
+        ),
+        tags=["commands"],
+        dependencies=[] if api.command_guard is None else [api.command_guard],
+        responses={
+            200: {"description": "Forgotten now or before (`status`)."},
+            404: {"description": "Unknown subject: nothing changed."},
+            409: {"description": "The application still holds the subject: nothing changed."},
+            **({} if api.command_guard is None else AUTH_RESPONSES),
+            **ERROR_RESPONSES,
+        },
+    )

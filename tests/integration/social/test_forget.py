@@ -1,0 +1,183 @@
+"""Forgetting a user end to end (issue 23): real CDC, event store, views process, Spark.
+
+A user U with posts, likes, follows both ways and a profile; `tributary forget user U` first
+refuses while the users table holds U (printing the DELETE), then, once the application
+deleted its row, destroys U's key and appends ``SubjectForgotten``. Once the views applied
+that event's position token (the batch that carries it), no view answers anything of U
+(search by name and post text, profile, every timeline) and every other user's data equals
+the reference; forgetting again is a no-op. Confluent's ``AvroDeserializer`` reading
+``events.post`` sees U's post text only as opaque ciphertext; a replay of each view from offset
+zero is identical to the purged live view and holds nothing of U; verify is clean.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from infra.client import TributaryClient
+from infra.polling import Deadline, poll_until
+from infra.verify import verify
+from infra.views import views_config
+from spark_streaming.replay import replay
+from spark_streaming.views import configured_views
+from tests.integration.conftest import Endpoints
+from tests.integration.social.world import Workload, World, views_equal_the_truth
+
+ROOT = Path(__file__).resolve().parents[3]
+TEST_TIMEOUT_S = 420
+U = 77  # the workload's users are 1..39
+SECRET, NAME = "zqxsecret", "Zelda Quux"
+
+
+def tributary(world: World, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **{f"TRIBUTARY_{k}": v for k, v in world.env.items()}}
+    return subprocess.run(
+        [sys.executable, "-m", "infra.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def holds_of_u(views: dict[str, Any], dsn: str) -> list[str]:
+    """Everything of U any of the three views answers or holds."""
+    found = [
+        f"search {h['post_id']}"
+        for q in (SECRET, "Zelda")
+        for h in views["search"].queries[0].run(q=q, limit=100)
+    ]
+    found += [
+        f"search doc {e.key}"
+        for e in views["search"].store.scan("posts")
+        if e.fields["author_id"] == U
+    ]
+    try:
+        views["profile"].queries[0].run(user_id=U)
+        found.append("profile")
+    except LookupError:
+        pass
+    found += [
+        f"profile follows {e.key}"
+        for e in views["profile"].store.scan("follows")
+        if U in (e.fields["follower_id"], e.fields["followee_id"])
+    ]
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT user_id, post_id FROM views.timeline WHERE user_id = %s OR author_id = %s",
+            (U, U),
+        ).fetchall()
+    found += [f"timeline {r}" for r in rows]
+    return found
+
+
+@pytest.mark.timeout(TEST_TIMEOUT_S)
+def test_a_forgotten_user_is_gone_from_every_view_and_every_replay(
+    world: World, stack: Endpoints, spark: Any
+) -> None:
+    budget = Deadline(TEST_TIMEOUT_S - 30)
+    views = {v.name: v for v in configured_views(views_config(world.settings)).values()}
+    world.cdc.start()
+    world.cdc.wait_running()
+    world.views.start()
+    workload = Workload(world.settings)
+    for _ in range(120):
+        workload.step()
+    workload.user(U, NAME)
+    others = sorted(workload.users - {U})
+    u_posts = [50_001, 50_002, 50_003]
+    for post_id in u_posts:
+        assert workload.send(
+            "CreatePost", {"post_id": post_id, "author_id": U, "text": f"{SECRET} {post_id} #kafka"}
+        )
+    assert workload.send("EditPost", {"post_id": u_posts[0], "text": f"{SECRET} edited"})
+    for other in others[:3]:
+        assert workload.send("FollowUser", {"follower_id": U, "followee_id": other})
+        assert workload.send("FollowUser", {"follower_id": other, "followee_id": U})
+    liked = next(iter(workload.posts))
+    workload.send("LikePost", {"post_id": liked, "user_id": U})
+    workload.users.discard(U)  # the random workload goes on around U, never renames or deletes U
+    for _ in range(60):
+        workload.step()
+
+    def converged() -> bool:
+        assert world.views.alive(), world.views.output()
+        try:
+            return views_equal_the_truth(views, world.dsn)
+        except psycopg.errors.UndefinedTable:  # the timeline's first batch makes its table
+            return False
+
+    poll_until(converged, budget.left(240), "the views to equal the source of truth", 1)
+    assert len(holds_of_u(views, world.dsn)) > 5  # U is everywhere before
+
+    # The application still holds U: forget refuses, prints the DELETE, changes nothing.
+    refused = tributary(world, "forget", "user", str(U), "--json")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    body = json.loads(refused.stdout)
+    assert body["status"] == "pending" and body["remaining"] == [
+        {"table": "public.users", "rows": 1}
+    ]
+    assert body["sql"] == [f'DELETE FROM "public"."users" WHERE "id"::text = \'{U}\';']
+    assert tributary(world, "forget", "user", "999999").returncode == 1  # unknown subject
+    workload.delete_user(U)  # what the application does (CDC tombstones cdc.*.users' key)
+    done = tributary(world, "forget", "user", str(U), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    forgotten = json.loads(done.stdout)
+    assert forgotten["status"] == "forgotten"
+    token = forgotten["position_token"]
+    assert token == f"subject/user-{U}@1"
+
+    client = TributaryClient(world.settings, list(views.values()))
+    try:
+        client.wait_for(token, timeout=budget.left(60))  # every view applied that batch
+    finally:
+        client.close()
+    assert holds_of_u(views, world.dsn) == []
+    assert views_equal_the_truth(views, world.dsn)  # everyone else as the reference says
+    again = tributary(world, "forget", "user", str(U), "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["status"] == "already"
+
+    # A downstream consumer with Confluent's deserializer: U's text is ciphertext only.
+    topic = f"{world.settings.event_topic_prefix}post"
+    consumer = Consumer(stack.kafka.client_properties(**{"group.id": f"dl-{topic}"}))
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    deserialize = AvroDeserializer(SchemaRegistryClient({"url": stack.settings.registry_url}))
+    seen: dict[int, Any] = {}
+    raw: list[bytes] = []
+    reading = Deadline(60)
+    while set(seen) != set(u_posts) and reading.left(60) > 0:
+        for message in consumer.consume(500, timeout=1):
+            if message.error() is not None or message.value() is None:
+                continue
+            raw.append(message.value())
+            record = deserialize(message.value(), SerializationContext(topic, MessageField.VALUE))
+            if record.get("author_id") == U:
+                seen[record["post_id"]] = record["text"]
+    consumer.close()
+    assert sorted(seen) == u_posts
+    assert all(isinstance(t, bytes) and t.startswith(b"tx1:") for t in seen.values()), seen
+    assert not any(SECRET.encode() in value for value in raw)
+
+    # A replay of each view from offset zero: identical to the purged view, nothing of U.
+    world.views.stop()
+    config = views_config(world.settings)
+    for name in ("search", "profile", "timeline"):
+        result = replay(spark, views[name], config.kafka, config.job_options(replay=True))
+        assert result.compared and result.identical, (name, result)
+    assert holds_of_u(views, world.dsn) == []
+    assert views_equal_the_truth(views, world.dsn)
+
+    report = verify(world.settings)
+    assert report.views and all(d == [] for d in report.views.values()), report.views
