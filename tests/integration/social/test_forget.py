@@ -29,9 +29,9 @@ from infra.polling import Deadline, poll_until
 from infra.verify import verify
 from infra.views import views_config
 from spark_streaming.replay import replay
-from spark_streaming.views import configured_views
 from tests.integration.conftest import Endpoints
 from tests.integration.social.world import Workload, World, views_equal_the_truth
+from views.catalog import configured_views
 
 ROOT = Path(__file__).resolve().parents[3]
 TEST_TIMEOUT_S = 420
