@@ -5,7 +5,7 @@ application's CDC-captured tables (``app_tables``: ``schema.table.column`` holdi
 subject's id), and either
 
 - refuses (``pending``) while any of them still holds a row of the subject, naming each
-  table with its count and the SQL that deletes them: the application deletes or anonymises
+  table with its count and the SQL that deletes them: the application deletes
   its own rows (Debezium then publishes the deletes and their tombstones on the compacted
   ``cdc.*`` topics); nothing else changes, except that the subject's key row is created if
   it had none, so the next run knows the subject; or
@@ -93,7 +93,7 @@ class ForgetResult:
             return f"{who} is unknown (no key, no row in the captured tables): nothing changed"
         held = ", ".join(f"{t} ({n} rows)" for t, n in self.remaining)
         return (
-            f"{who} is still held by the application's tables: {held}. Delete or anonymise"
+            f"{who} is still held by the application's tables: {held}. Delete"
             " them (the deletes tombstone their cdc.* keys), then run forget again:\n"
             + "\n".join(self.sql)
         )

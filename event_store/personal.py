@@ -30,6 +30,7 @@ None for any other type. It never raises.
 import base64
 import json
 import os
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
@@ -254,10 +255,21 @@ class Revealer:
 # -- the key table in PostgreSQL ---------------------------------------------------------
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _schema_name(schema: str) -> str:
+    """``schema`` if it is a plain identifier (it is written into SQL), else a ValueError."""
+    if not _IDENTIFIER.fullmatch(schema):
+        raise ValueError(f"not a plain SQL identifier: {schema!r}")
+    return schema
+
+
 def key_for_sql(schema: str) -> str:
     """Get or create a subject's key in one statement (``%(t)s``, ``%(i)s``, ``%(k)s``): the
     existing row's key (NULL: forgotten), else the inserted one; no row at all when a
     concurrent writer inserted it meanwhile (run it again)."""
+    schema = _schema_name(schema)
     return (
         f"WITH ins AS (INSERT INTO {schema}.subject_keys (subject_type, subject_id, key)"
         " VALUES (%(t)s, %(i)s, %(k)s) ON CONFLICT DO NOTHING RETURNING key, forgotten_at)"
@@ -305,7 +317,7 @@ class KeyReader:
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, dsn: str, schema: str) -> None:
-        self.dsn, self.schema = dsn, schema
+        self.dsn, self.schema = dsn, _schema_name(schema)
 
     def lookup(self, wanted: Iterable[Subject]) -> dict[Subject, bytes | None]:
         """Key per subject found (None: forgotten); a subject with no row is left out."""

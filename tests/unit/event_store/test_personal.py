@@ -17,11 +17,13 @@ from event_store.forgetting import AppColumn, parse_app_tables
 from event_store.personal import (
     PERSONAL_PROPERTY,
     REDACTED_TEXT,
+    KeyReader,
     MemoryKeys,
     SubjectForgottenError,
     decrypt,
     decrypt_data,
     encrypt,
+    key_for_sql,
     new_key,
     personal_fields,
 )
@@ -170,3 +172,12 @@ def test_a_nul_character_in_personal_data_is_refused_as_the_database_would() -> 
 
     with pytest.raises(UnstorableValueError, match=r"cannot store text.*22P05"):
         encrypt_data({"text": Personal("user", "a")}, {"a": 1, "text": "a\x00b"}, MemoryKeys())
+
+
+@pytest.mark.parametrize("schema", ["keys; DROP TABLE x", "a.b", "", "9keys", 'k"s'])
+def test_a_key_table_schema_that_is_not_a_plain_identifier_is_refused(schema: str) -> None:
+    with pytest.raises(ValueError, match="not a plain SQL identifier"):
+        key_for_sql(schema)
+    with pytest.raises(ValueError, match="not a plain SQL identifier"):
+        KeyReader("postgresql://unused", schema)
+    assert "event_store.subject_keys" in key_for_sql("event_store")
