@@ -22,7 +22,7 @@ a no-op (``already``); one no table and no key knows is ``unknown`` and nothing 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import Engine, text
 
@@ -81,6 +81,18 @@ class ForgetResult:
     remaining: list[tuple[str, int]] = field(default_factory=list)  # (table, rows)
     sql: list[str] = field(default_factory=list)  # what deletes them
     position: str | None = None  # the audit event's stream and version
+
+    def as_json(self) -> dict[str, Any]:
+        """What `tributary forget --json` prints and `POST /forget` answers."""
+        return {
+            "status": self.status,
+            "subject_type": self.subject_type,
+            "subject_id": self.subject_id,
+            "message": self.message,
+            "remaining": [{"table": t, "rows": n} for t, n in self.remaining],
+            "sql": self.sql,
+            "position_token": self.position,
+        }
 
     @property
     def message(self) -> str:

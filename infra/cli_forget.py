@@ -24,15 +24,7 @@ def forget_command(
 
     result = forget_subject(settings(), subject_type, subject_id)
     if as_json:
-        body = {
-            "status": result.status,
-            "subject_type": result.subject_type,
-            "subject_id": result.subject_id,
-            "remaining": [{"table": t, "rows": n} for t, n in result.remaining],
-            "sql": result.sql,
-            "position_token": result.position,
-        }
-        sys.stdout.write(json.dumps(body) + "\n")
+        sys.stdout.write(json.dumps(result.as_json()) + "\n")
     else:
         console.print(result.message, markup=False, highlight=False)
     raise SystemExit(EXIT_CODES[result.status])

@@ -49,9 +49,10 @@ def command_guard(settings: Settings) -> DependsParam | None:
         return None
     return bearer_guard(
         "commandToken",
-        "TRIBUTARY_API_TOKEN: required by POST /commands (also reads the queries).",
+        "TRIBUTARY_API_TOKEN: required by POST /commands and POST /forget (also reads the"
+        " queries).",
         [settings.api_token.get_secret_value()],
-        "commands",
+        "commands and forget requests",
     )
 
 

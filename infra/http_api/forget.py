@@ -1,7 +1,5 @@
 """``POST /forget``: forget a data subject (as `tributary forget`), behind the write token."""
 
-from typing import Any
-
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
@@ -32,16 +30,7 @@ def add_forget_route(app: FastAPI, api: Api) -> None:
             if unavailable(exc):
                 return error(503, f"nothing was forgotten: {reason_of(exc)}")
             raise
-        out: dict[str, Any] = {
-            "status": result.status,
-            "subject_type": result.subject_type,
-            "subject_id": result.subject_id,
-            "message": result.message,
-            "remaining": [{"table": t, "rows": n} for t, n in result.remaining],
-            "sql": result.sql,
-            "position_token": result.position,
-        }
-        return JSONResponse(out, status_code=STATUS[result.status])
+        return JSONResponse(result.as_json(), status_code=STATUS[result.status])
 
     app.add_api_route(
         "/forget",
