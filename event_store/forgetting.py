@@ -19,6 +19,7 @@ forgotten (run it again) or forgotten with its audit event. A subject already fo
 a no-op (``already``); one no table and no key knows is ``unknown`` and nothing changes.
 """
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,7 +30,7 @@ from sqlalchemy import Engine, text
 from event_store.codec import to_json
 from event_store.event import Event, NewEvent
 from event_store.personal import new_key
-from event_store.schema import check_identifier
+from event_store.schema import check_identifier, create_schema
 from event_store.store import EventStore
 
 SUBJECT_STREAM_TYPE = "subject"
@@ -111,6 +112,22 @@ class ForgetResult:
         )
 
 
+#: A subject type is a lower-case word (it names a stream: ``<type>-<id>``); an id is any
+#: text without NUL (PostgreSQL's text cannot hold it).
+SUBJECT_TYPE = r"^[a-z][a-z0-9_]*$"
+SUBJECT_ID = r"^[^\x00]+$"
+
+
+def check_subject(subject_type: str, subject_id: str) -> None:
+    """A ValueError naming what is wrong with ``(subject_type, subject_id)``."""
+    if not re.fullmatch(SUBJECT_TYPE[1:-1], subject_type):
+        raise ValueError(
+            f"subject type {subject_type!r} is not a lower-case word ([a-z][a-z0-9_]*)"
+        )
+    if not subject_id or "\x00" in subject_id:
+        raise ValueError("a subject id is text without NUL, at least one character")
+
+
 def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
@@ -124,9 +141,11 @@ def forget(
     now: datetime | None = None,
 ) -> ForgetResult:
     """Forget ``(subject_type, subject_id)`` (see the module's doc)."""
+    check_subject(subject_type, subject_id)
     s = check_identifier(schema)
     store = EventStore(engine, schema)
     with engine.begin() as conn:
+        create_schema(conn, s)  # idempotent: a store that never ran forgets too
         conn.execute(
             text("SELECT pg_advisory_xact_lock(hashtext(:k))"),
             {"k": f"forget:{subject_type}:{subject_id}"},
@@ -143,6 +162,8 @@ def forget(
         remaining, sql = [], []
         for col in app_columns:
             table = ".".join(f'"{p}"' for p in col.table.split("."))
+            if conn.execute(text("SELECT to_regclass(:t)"), {"t": table}).scalar() is None:
+                continue  # no such table (yet): it holds nothing of the subject
             count = conn.execute(
                 text(f'SELECT count(*) FROM {table} WHERE "{col.column}"::text = :i'),
                 {"i": subject_id},
@@ -190,10 +211,13 @@ def forget(
 
 
 __all__ = [
+    "SUBJECT_ID",
     "SUBJECT_STREAM_TYPE",
+    "SUBJECT_TYPE",
     "AppColumn",
     "ForgetResult",
     "SubjectForgotten",
+    "check_subject",
     "forget",
     "parse_app_tables",
 ]

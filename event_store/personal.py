@@ -241,8 +241,9 @@ class Revealer:
     an event's personal fields decrypted with the keys ``lookup`` returns (a
     :class:`KeyReader`'s or a :class:`MemoryKeys`'s), redacted where the key is gone."""
 
-    def __init__(self, lookup: Any) -> None:
-        self.lookup = lookup
+    def __init__(self, keys: Any) -> None:
+        # a KeyReader or MemoryKeys (their lookup), or the lookup function itself
+        self.lookup = getattr(keys, "lookup", keys)
 
     def __call__(self, definition: Mapping[str, Any], data: dict[str, Any]) -> dict[str, Any]:
         marks = personal_of_schema(definition)

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from infra.cli_app import JsonFlag, app, console, settings
+from infra.cli_app import JsonFlag, app, console, fail, settings
+from tributary.errors import TributaryError
 
 
 @app.command("forget")
@@ -22,7 +23,10 @@ def forget_command(
     unknown subject; a subject already forgotten is a no-op (exit 0)."""
     from infra.forgetting import EXIT_CODES, forget_subject
 
-    result = forget_subject(settings(), subject_type, subject_id)
+    try:
+        result = forget_subject(settings(), subject_type, subject_id)
+    except (TributaryError, ValueError) as exc:  # a malformed subject, the store not set up
+        fail(str(exc))
     if as_json:
         sys.stdout.write(json.dumps(result.as_json()) + "\n")
     else:

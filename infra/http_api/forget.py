@@ -5,14 +5,17 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
+from event_store.forgetting import SUBJECT_ID, SUBJECT_TYPE
 from infra.http_api.api import Api
-from infra.http_api.errors import AUTH_RESPONSES, ERROR_RESPONSES, error
+from infra.http_api.errors import AUTH_RESPONSES, ERROR_RESPONSES, ErrorBody, error
 from infra.view_queries import reason_of, unavailable
 
 
 class ForgetBody(BaseModel):
-    subject_type: str = Field(min_length=1, max_length=100, description="e.g. user")
-    subject_id: str = Field(min_length=1, max_length=200, description="e.g. 42")
+    subject_type: str = Field(
+        min_length=1, max_length=100, pattern=SUBJECT_TYPE, description="e.g. user"
+    )
+    subject_id: str = Field(min_length=1, max_length=200, pattern=SUBJECT_ID, description="e.g. 42")
 
 
 STATUS = {"forgotten": 200, "already": 200, "unknown": 404, "pending": 409}
@@ -30,7 +33,10 @@ def add_forget_route(app: FastAPI, api: Api) -> None:
             if unavailable(exc):
                 return error(503, f"nothing was forgotten: {reason_of(exc)}")
             raise
-        return JSONResponse(result.as_json(), status_code=STATUS[result.status])
+        answer, status = result.as_json(), STATUS[result.status]
+        if status >= 400:  # every error answer names its reason under "error"
+            answer["error"] = result.message
+        return JSONResponse(answer, status_code=status)
 
     app.add_api_route(
         "/forget",
@@ -47,6 +53,7 @@ def add_forget_route(app: FastAPI, api: Api) -> None:
         dependencies=[] if api.command_guard is None else [api.command_guard],
         responses={
             200: {"description": "Forgotten now or before (`status`)."},
+            400: {"model": ErrorBody, "description": "The body is not JSON."},
             404: {"description": "Unknown subject: nothing changed."},
             409: {"description": "The application still holds the subject: nothing changed."},
             **({} if api.command_guard is None else AUTH_RESPONSES),

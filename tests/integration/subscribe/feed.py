@@ -15,18 +15,23 @@ from cdc.publisher import LSN_HEADER, OutgoingChange
 from connectors.changes import TXID_HEADER, Row
 from connectors.kafka import KafkaConfig, TopicAdmin
 from connectors.kafka.producing import idempotent_producer
+from event_store.personal import KeyStore, MemoryKeys, encrypt_data, personal_fields
 from examples.social.feed import social_outbox
+from examples.social.posts import POST_EVENTS
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def post_events(
-    aggregate: str, posts: int, per_post: int, registry_url: str
+    aggregate: str, posts: int, per_post: int, registry_url: str, keys: KeyStore | None = None
 ) -> list[OutgoingChange]:
     """``posts`` streams of ``per_post`` events each (``PostCreated`` then ``PostEdited``),
     interleaved as a store would append them, typed (the post events' schemas registered in
-    the registry at ``registry_url``, as the command processor does at start)."""
+    the registry at ``registry_url``, as the command processor does at start), their personal
+    fields (a post's text) encrypted as the store writes them, with ``keys``."""
     outbox, ids = social_outbox(registry_url)
+    keys = MemoryKeys() if keys is None else keys
+    marks = {(cls.event_name, cls.schema_version): personal_fields(cls) for cls in POST_EVENTS}
     out: list[OutgoingChange] = []
     position = 0
     for version in range(1, per_post + 1):
@@ -61,7 +66,7 @@ def post_events(
                 "version": version,
                 "position": position,
                 "recorded_at": at.isoformat(),
-                "data": json.dumps(data),
+                "data": json.dumps(encrypt_data(marks[(event_type, schema_version)], data, keys)),
                 "metadata": "{}",
                 "schema_id": ids[(event_type, schema_version)],
             }

@@ -7,6 +7,7 @@ from typing import Any
 from connectors.subscriber import EventRecord
 from event_store.codec import EventCodec
 from event_store.event import EventRegistry
+from event_store.personal import MemoryKeys, Revealer
 from event_store.subscription import PublishedEvent, domain_events
 from examples.social.posts import POST_EVENTS, POST_UPCASTERS, PostCreated, PostEdited
 from tests.integration.conftest import Endpoints
@@ -20,14 +21,20 @@ def test_a_late_subscriber_reads_every_event_typed_in_per_key_order(
     stack: Endpoints, unique: str
 ) -> None:
     aggregate = f"post_{unique}"
-    records = post_events(aggregate, POSTS, PER_POST, stack.settings.registry_url)
+    keys = MemoryKeys()  # a post's text is personal: the feed encrypts it, the reader reveals it
+    records = post_events(aggregate, POSTS, PER_POST, stack.settings.registry_url, keys)
     produce(stack.kafka, records, partitions=4)
     topic = f"events.{aggregate}"
     codec = EventCodec(EventRegistry(POST_EVENTS), POST_UPCASTERS)
 
     started = time.monotonic()
     with subscribed(
-        stack, [topic], f"late-{unique}", event_decoder=domain_events(codec), on_error=_fail
+        stack,
+        [topic],
+        f"late-{unique}",
+        event_decoder=domain_events(codec),
+        on_error=_fail,
+        reveal=Revealer(keys),
     ) as subscriber:
         got = read_until(subscriber, lambda out: len(out) >= POSTS * PER_POST, timeout=90)
         extra = subscriber.poll(2.0)
