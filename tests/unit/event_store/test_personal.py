@@ -13,7 +13,7 @@ from connectors.avro import SchemaCache
 from connectors.schema_registry.memory import MemoryRegistry
 from event_store import EventCodec, EventRegistry
 from event_store.errors import EventStoreError
-from event_store.forgetting import AppColumn, parse_app_tables
+from event_store.forgetting import AppColumn, check_subject, parse_app_tables
 from event_store.personal import (
     PERSONAL_PROPERTY,
     REDACTED_TEXT,
@@ -181,3 +181,21 @@ def test_a_key_table_schema_that_is_not_a_plain_identifier_is_refused(schema: st
     with pytest.raises(ValueError, match="not a plain SQL identifier"):
         KeyReader("postgresql://unused", schema)
     assert "event_store.subject_keys" in key_for_sql("event_store")
+
+
+@pytest.mark.parametrize(
+    ("subject_type", "subject_id", "wrong"),
+    [
+        ("0", "42", "lower-case word"),
+        ("user-a", "b", "lower-case word"),  # ("user-a", "b") and ("user", "a-b"): one stream
+        ("User", "42", "lower-case word"),
+        ("user", "", "without NUL"),
+        ("user", "4\x002", "without NUL"),
+    ],
+)
+def test_a_malformed_subject_is_refused_before_anything_is_read(
+    subject_type: str, subject_id: str, wrong: str
+) -> None:
+    with pytest.raises(ValueError, match=wrong):
+        check_subject(subject_type, subject_id)
+    check_subject("user", "a-b")  # an id may hold anything else
