@@ -120,7 +120,7 @@ SUBJECT_ID = r"^[^\x00]+$"
 
 def check_subject(subject_type: str, subject_id: str) -> None:
     """A ValueError naming what is wrong with ``(subject_type, subject_id)``."""
-    if not re.fullmatch(SUBJECT_TYPE[1:-1], subject_type):
+    if not re.fullmatch(SUBJECT_TYPE, subject_type):
         raise ValueError(
             f"subject type {subject_type!r} is not a lower-case word ([a-z][a-z0-9_]*)"
         )

@@ -3,27 +3,17 @@ in a child process against the real broker: what reaches the topic is what the c
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from connectors.kafka import KafkaConfig
 from connectors.kafka.reading import read_topic
 from examples.social.activity import MINUTE_MS, ActivityPlan, generate
+from tests.integration.cli_process import run_tributary
 from tests.integration.conftest import Endpoints
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def tributary(env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "infra.cli", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_tributary(env, *args)
     return done.returncode, done.stdout, " ".join(done.stderr.split())
 
 

@@ -4,18 +4,16 @@ change feed (as the Spark tests have them), and the CLI pointed at the session's
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from tests.integration.cli_process import run_tributary
 from tests.integration.conftest import Endpoints
 from tests.integration.spark_streaming.conftest import (  # noqa: F401  (the session's)
     feed,
     spark,
     views_schema,
 )
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def cli_env(stack: Endpoints, home: Path, schema: str, **extra: str) -> dict[str, str]:
@@ -40,14 +38,7 @@ def cli_env(stack: Endpoints, home: Path, schema: str, **extra: str) -> dict[str
 
 def cli(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """``tributary ARGS`` as a process."""
-    done = subprocess.run(
-        [sys.executable, "-m", "infra.cli", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_tributary(env, *args)
     if check:
         assert done.returncode == 0, f"tributary {' '.join(args)}: {done.stderr[-3000:]}"
     return done

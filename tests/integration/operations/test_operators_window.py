@@ -29,9 +29,10 @@ from infra.stack.isolated import free_port_block, settings_env
 from infra.telemetry.batches import ViewBatchMetrics
 from infra.telemetry.endpoint import MetricsEndpoint, part_registry, serve_metrics
 from spark_streaming.view_job import ViewJob
+from tests.integration.cli_process import ROOT
 from tests.integration.conftest import Endpoints
 from tests.integration.operations.browser import Browser
-from tests.integration.operations.conftest import ROOT, cli_env, cli_json
+from tests.integration.operations.conftest import cli_env, cli_json
 from tests.integration.spark_streaming.changefeed import ChangeFeed
 from views.catalog import ViewsConfig, configured_views
 from views.lag import view_group

@@ -13,8 +13,6 @@ zero is identical to the purged live view and holds nothing of U; verify is clea
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -29,11 +27,11 @@ from infra.polling import Deadline, poll_until
 from infra.verify import verify
 from infra.views import views_config
 from spark_streaming.replay import replay
+from tests.integration.cli_process import run_tributary
 from tests.integration.conftest import Endpoints
 from tests.integration.social.world import Workload, World, views_equal_the_truth
 from views.catalog import configured_views
 
-ROOT = Path(__file__).resolve().parents[3]
 TEST_TIMEOUT_S = 420
 U = 77  # the workload's users are 1..39
 SECRET, NAME = "zqxsecret", "Zelda Quux"
@@ -41,14 +39,7 @@ SECRET, NAME = "zqxsecret", "Zelda Quux"
 
 def tributary(world: World, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **{f"TRIBUTARY_{k}": v for k, v in world.env.items()}}
-    return subprocess.run(
-        [sys.executable, "-m", "infra.cli", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_tributary(env, *args)
 
 
 def holds_of_u(views: dict[str, Any], dsn: str) -> list[str]:
