@@ -24,7 +24,7 @@ Kafka store, and a new writer rebuilds its state from the topic (Python heap by 
 Arrow's pool, and the process's RSS; current after the rebuild and the peak during it).
 
 The stores are given the batch as the Arrow write table when they take one
-(``connectors.stores.model.write_table`` exists), else as Put objects (converted before the
+(``tributary.view_model.write_table`` exists), else as Put objects (converted before the
 clock starts), so the same command measures the code before and after the columnar path.
 """
 
@@ -56,10 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.stopping import stop_cleanly_on_sigterm
 from connectors.kafka import KafkaConfig
-from connectors.stores import model
-from connectors.stores.base import Collection, Materializer, StoreTxn, ViewStore
 from connectors.stores.kafka import KafkaStore
-from connectors.stores.model import Applied, Batch, Delete, JsonObject, Put, SourceRef
 from connectors.stores.pg_tables import TypedColumn, TypedTable
 from connectors.stores.postgres import PostgresStore
 from connectors.stores.redis import RedisStore, render
@@ -67,6 +64,9 @@ from connectors.stores.tantivy import SearchField, TantivyStore
 from infra.settings import Settings, load_settings
 from infra.stack import LocalStack
 from infra.stack.isolated import free_port_block
+from tributary import view_model as model
+from tributary.view_model import Applied, Batch, Delete, JsonObject, Put, SourceRef
+from tributary.view_store import Collection, Materializer, StoreTxn, ViewStore
 
 STORES = ("postgres", "postgres-typed", "redis", "tantivy", "kafka")
 STACK_PORTS = 12  # postgres, redis, broker, s3, 7 internal object-store ports, registry

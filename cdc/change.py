@@ -1,5 +1,5 @@
-"""The change-event model (defined in ``connectors.changes`` so every layer may decode it)."""
+"""The change-event model (defined in ``tributary.changes`` so every layer may decode it)."""
 
-from connectors.changes import ChangeDecodeError, ChangeEvent, Op, SourcePosition
+from tributary.changes import ChangeDecodeError, ChangeEvent, Op, SourcePosition
 
 __all__ = ["ChangeDecodeError", "ChangeEvent", "Op", "SourcePosition"]

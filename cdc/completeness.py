@@ -46,7 +46,6 @@ from cdc.publisher import (
     StreamVersion,
     latest_per_stream,
 )
-from connectors.changes import ChangeDecodeError, ChangeEvent, Row
 from connectors.debezium import SIGNAL_SCHEMA, SIGNAL_TABLE, debezium_encoding
 from connectors.errors import TopicRewoundError
 from connectors.kafka import KafkaConfig, TopicAdmin
@@ -56,6 +55,7 @@ from connectors.postgres import PostgresConfig, table_columns
 from connectors.schema_registry.client import RegistryClient
 from connectors.stores.pg_tables import TypedColumn
 from event_store.outbox import OUTBOX_TABLE, event_topic
+from tributary.changes import ChangeDecodeError, ChangeEvent, Row
 
 SIGNAL_LIMIT = 2000  # characters of a signal's data (the signal table's column is 2048)
 SAMPLE = 20  # keys listed per problem in a report

@@ -6,8 +6,8 @@ from typing import Any
 from cdc.errors import PublishError
 from cdc.outbox import EventOutbox
 from cdc.publisher import LSN_HEADER, TXID_HEADER, HeaderList, OutgoingChange
-from connectors.changes import position_of
 from event_store.outbox import EVENT_TOPIC_PREFIX, OutboxRegistry
+from tributary.changes import position_of
 
 
 def source_position(value: str) -> tuple[bytes, bytes | None]:

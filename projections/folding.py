@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from connectors.stores.model import write_schema
+from tributary.view_model import write_schema
 
 # numpy and Arrow (~0.15 s to import) come with the first fold: the view definitions (what
 # `tributary views`, `query` and `status` read) import this module without them.

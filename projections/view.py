@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from connectors.stores.base import ViewStore
-from connectors.stores.model import (
+from projections.folding import FOLDED_DDL
+from tributary.view_model import (
     WRITE_COLUMNS,
     Delete,
     JsonObject,
@@ -26,7 +26,7 @@ from connectors.stores.model import (
     Write,
     write_table,
 )
-from projections.folding import FOLDED_DDL
+from tributary.view_store import ViewStore
 
 # Arrow (~0.15 s to import) comes with the first batch: a view's definition (what `tributary
 # views`, `query` and `status` read) does without it.
@@ -295,7 +295,7 @@ def dead_letters_of(rejected: Sequence[Any], view: str) -> list[DeadLetter]:
         source = write.source or SourceRef("", 0, 0)
         value = None
         if isinstance(write, Put):
-            from connectors.stores.model import fields_json
+            from tributary.view_model import fields_json
 
             value = fields_json(write.fields).encode()
         out.append(

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from connectors.stores.model import Offsets, covers
+from tributary.view_model import Offsets, covers
 
 
 @dataclass(frozen=True)

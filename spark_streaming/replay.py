@@ -31,12 +31,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from connectors.kafka import KafkaConfig, TopicAdmin
-from connectors.stores.base import CommitHooks, new_generation
 from connectors.stores.compare import Comparison, compare_generations, same_offsets
-from connectors.stores.model import Offsets, covers
 from projections.view import View
 from spark_streaming.errors import ReplayError
 from spark_streaming.view_job import BatchReport, ViewJob, lowest
+from tributary.view_model import Offsets, covers
+from tributary.view_store import CommitHooks, new_generation
 from views.catalog import JobOptions
 
 log = logging.getLogger(__name__)

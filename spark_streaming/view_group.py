@@ -29,8 +29,6 @@ from typing import Any
 
 from connectors.errors import StaleGenerationError
 from connectors.kafka import KafkaConfig
-from connectors.stores.base import CommitHooks
-from connectors.stores.model import Offsets
 from projections.together import Member, rows_of, together
 from projections.view import PartitionFold, View
 from spark_streaming.checkpoint import Reconciliation, reconcile, starting_offsets
@@ -47,6 +45,8 @@ from spark_streaming.view_job import (
     start_query,
     warm_up_query,
 )
+from tributary.view_model import Offsets
+from tributary.view_store import CommitHooks
 from views.catalog import JobOptions
 
 

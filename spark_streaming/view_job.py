@@ -30,8 +30,6 @@ from typing import Any
 
 from connectors.errors import LedgerGapError
 from connectors.kafka import KafkaConfig
-from connectors.stores.base import CommitHooks, RejectHandler, StoreWriter
-from connectors.stores.model import Batch, Offsets, Rejected, covers, gaps, merge_offsets
 from projections.view import PartitionFold, View, dead_letters_of, split_folded
 from spark_streaming.checkpoint import (
     CheckpointLog,
@@ -43,6 +41,8 @@ from spark_streaming.checkpoint import (
 from spark_streaming.errors import CheckpointLostError, StreamingError
 from spark_streaming.progress import PhaseCallback, trigger_phases
 from spark_streaming.stream import folded_stream, records_stream
+from tributary.view_model import Batch, Offsets, Rejected, covers, gaps, merge_offsets
+from tributary.view_store import CommitHooks, RejectHandler, StoreWriter
 from views.catalog import JobOptions
 from views.dead_letters import DeadLetterQueue
 from views.lag import LagCommitter

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from connectors.kafka import KafkaConfig
 from connectors.kafka.config import ClientValue
-from connectors.stores.model import Offsets
+from tributary.view_model import Offsets
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from typing import Any
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from connectors.stores.model import Commit
 from projections.view import View
+from tributary.view_model import Commit
 from views.errors import InvalidPositionTokenError, ViewsLaggingError
 
 __all__ = ["InvalidPositionTokenError", "PositionToken", "ViewWaiter", "ViewsLaggingError"]

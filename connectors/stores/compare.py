@@ -2,7 +2,7 @@
 live generation before the swap).
 
 Every store lists a generation as ``(collection, key, digest)`` per entry
-(:meth:`~connectors.stores.base.ViewStore.digests`); the digest is :func:`entry_digest`, a
+(:meth:`~tributary.view_store.ViewStore.digests`); the digest is :func:`entry_digest`, a
 BLAKE2b of the canonical JSON of the entry's fields and position. The applied count is left
 out: a compacted topic may have dropped changes the live generation counted, so a rebuild from
 offset zero counts fewer while holding the same entry.
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from connectors.errors import StoreError
-from connectors.stores.model import Commit, Entry
+from tributary.view_model import Commit, Entry
 
 Digest = tuple[str, str, str]
 """``(collection, key, digest)`` of one entry."""

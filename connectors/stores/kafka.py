@@ -63,7 +63,6 @@ from connectors.errors import (
 from connectors.kafka.admin import TopicAdmin, error_code
 from connectors.kafka.config import ClientValue, KafkaConfig
 from connectors.kafka.topics import history_topic, state_topic
-from connectors.stores.base import Collection, CommitHooks, Materializer, new_generation
 from connectors.stores.compare import entry_digest
 from connectors.stores.kafka_ledger import (
     LIVE,
@@ -81,10 +80,11 @@ from connectors.stores.kafka_ledger import (
     read_ranges,
 )
 from connectors.stores.kafka_writer import KafkaWriter
-from connectors.stores.model import (
+from tributary.view_model import (
     Commit,
     Entry,
 )
+from tributary.view_store import Collection, CommitHooks, Materializer, new_generation
 
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _GENERATION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")

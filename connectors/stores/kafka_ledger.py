@@ -26,7 +26,7 @@ from connectors.errors import KafkaError, StoreError, StoreUnavailableError
 from connectors.kafka.config import ClientValue, KafkaConfig
 from connectors.kafka.fetching import SHORT_WAIT_MS, longer_wait, range_fetch, stall_s
 from connectors.kafka.offsets import true_watermarks
-from connectors.stores.model import Commit, Offsets
+from tributary.view_model import Commit, Offsets
 
 log = logging.getLogger(__name__)
 

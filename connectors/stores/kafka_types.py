@@ -14,9 +14,9 @@ from typing import Protocol
 
 from confluent_kafka import Producer
 
-from connectors.stores.base import Collection, Materializer
 from connectors.stores.kafka_ledger import LedgerLog, RangeReader
-from connectors.stores.model import Commit
+from tributary.view_model import Commit
+from tributary.view_store import Collection, Materializer
 
 
 class WriterStore(Protocol):

@@ -31,7 +31,6 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 from confluent_kafka import Message
 
 from connectors.errors import StoreError
-from connectors.stores.base import Collection, CommitHooks
 from connectors.stores.kafka_ledger import (
     APPLIED_HEADER,
     BATCH_HEADER,
@@ -53,7 +52,10 @@ from connectors.stores.kafka_ledger import (
     read_offsets,
 )
 from connectors.stores.kafka_types import WriterStore
-from connectors.stores.model import (
+from connectors.stores.positions import ENTRY, GONE, NONE, TOMB, PositionIndex
+from connectors.stores.protocol import BatchUnit, BatchWriter
+from connectors.stores.writes import WriteColumns, entry_texts, guard
+from tributary.view_model import (
     Applied,
     Batch,
     Commit,
@@ -64,9 +66,7 @@ from connectors.stores.model import (
     fields_json,
     lookup_text,
 )
-from connectors.stores.positions import ENTRY, GONE, NONE, TOMB, PositionIndex
-from connectors.stores.protocol import BatchUnit, BatchWriter
-from connectors.stores.writes import WriteColumns, entry_texts, guard
+from tributary.view_store import Collection, CommitHooks
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +239,7 @@ class EntryCache:
 
 class KafkaTxn:
     """One batch's unit on Kafka, as the materializer sees it (the
-    :class:`~connectors.stores.base.StoreTxn` of the Kafka store): reads see the unit's pending
+    :class:`~tributary.view_store.StoreTxn` of the Kafka store): reads see the unit's pending
     writes first, then the committed state (an entry's fields read from its record, or the
     writer's cache); nothing reaches Kafka until the writer produces :meth:`changes`."""
 

@@ -30,17 +30,7 @@ import psycopg
 from psycopg import sql
 
 from connectors.errors import StoreError
-from connectors.stores.base import Collection, CommitHooks, Materializer
 from connectors.stores.compare import entry_digest
-from connectors.stores.model import (
-    Applied,
-    Batch,
-    Commit,
-    Entry,
-    JsonObject,
-    Rejected,
-    fields_json,
-)
 from connectors.stores.pg_tables import (
     APPLIED,
     META_COLUMNS,
@@ -53,6 +43,16 @@ from connectors.stores.pg_tables import (
 )
 from connectors.stores.protocol import BatchUnit, BatchWriter
 from connectors.stores.writes import WriteColumns
+from tributary.view_model import (
+    Applied,
+    Batch,
+    Commit,
+    Entry,
+    JsonObject,
+    Rejected,
+    fields_json,
+)
+from tributary.view_store import Collection, CommitHooks, Materializer
 
 if TYPE_CHECKING:  # the writer's, with its first batch: not for a store's readers
     import numpy as np
@@ -158,7 +158,7 @@ class PostgresStore:
         return None if live == generation else generation
 
     def live_generation(self) -> str:
-        from connectors.stores.base import new_generation
+        from tributary.view_store import new_generation
 
         with self._transaction() as conn:
             conn.execute(
@@ -856,7 +856,7 @@ def _is_data_error(exc: psycopg.Error) -> bool:
 
 class TableAccess:
     """Reads and derived writes on one generation's tables, inside a transaction
-    (the :class:`~connectors.stores.base.StoreTxn` of the PostgreSQL store)."""
+    (the :class:`~tributary.view_store.StoreTxn` of the PostgreSQL store)."""
 
     def __init__(
         self,

@@ -11,7 +11,7 @@
    (``False``), one that starts past them is refused (:class:`~connectors.errors.LedgerGapError`);
 5. the guarded bulk write (:meth:`BatchUnit.write`: the position guard, applied counts,
    tombstones), the materializer (when the store has one) through the unit's
-   :class:`~connectors.stores.base.StoreTxn`, the ledger record (offsets merged, the batch id,
+   :class:`~tributary.view_store.StoreTxn`, the ledger record (offsets merged, the batch id,
    one batch more);
 6. the writes the store refused handed to ``on_rejected``, the caller's ``gate`` (an error
    there leaves the store as it was), ``hooks.before_commit``, the unit's commit,
@@ -27,9 +27,9 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
 from connectors.errors import LedgerGapError, StaleGenerationError
-from connectors.stores.base import CommitHooks, Materializer, RejectHandler, StoreTxn
-from connectors.stores.model import Applied, Batch, Commit, Rejected, covers, gaps, merge_offsets
 from connectors.stores.writes import WriteColumns
+from tributary.view_model import Applied, Batch, Commit, Rejected, covers, gaps, merge_offsets
+from tributary.view_store import CommitHooks, Materializer, RejectHandler, StoreTxn
 
 
 class BatchUnit(ABC):
@@ -107,7 +107,7 @@ class BatchWriter(ABC):
         gate: Callable[[], None] | None = None,
     ) -> bool:
         """Apply the batch and record it in the ledger atomically; False if already applied
-        (see :class:`~connectors.stores.base.StoreWriter`)."""
+        (see :class:`~tributary.view_store.StoreWriter`)."""
         writes = WriteColumns.of(batch.writes)
         writes.check_unique()
         with self.unit(batch) as unit:

@@ -39,9 +39,10 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from connectors.errors import StoreError, StoreUnavailableError
-from connectors.stores.base import Collection, CommitHooks, Materializer, new_generation
 from connectors.stores.compare import scan_digests
-from connectors.stores.model import (
+from connectors.stores.protocol import BatchUnit, BatchWriter
+from connectors.stores.writes import NONE, WriteColumns, entry_objects, guard
+from tributary.view_model import (
     Applied,
     Batch,
     Commit,
@@ -52,8 +53,7 @@ from connectors.stores.model import (
     fields_json,
     lookup_text,
 )
-from connectors.stores.protocol import BatchUnit, BatchWriter
-from connectors.stores.writes import NONE, WriteColumns, entry_objects, guard
+from tributary.view_store import Collection, CommitHooks, Materializer, new_generation
 
 if TYPE_CHECKING:
     import numpy as np  # the writer's, with its first batch: not for a store's readers
@@ -937,7 +937,7 @@ def _state_of(fields: Mapping[str, Any], position: int, applied: int) -> _State:
 
 class RedisTxn:
     """One batch's unit on Redis, as the materializer sees it (the
-    :class:`~connectors.stores.base.StoreTxn` of the Redis store): reads see the unit's pending
+    :class:`~tributary.view_store.StoreTxn` of the Redis store): reads see the unit's pending
     writes first, then Redis; nothing is written until :meth:`queue` puts it all in the EXEC."""
 
     def __init__(self, store: RedisStore, generation: str, *, live: bool) -> None:

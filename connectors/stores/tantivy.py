@@ -40,9 +40,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import tantivy
 
 from connectors.errors import StaleGenerationError, StoreError
-from connectors.stores.base import Collection, CommitHooks, Materializer
 from connectors.stores.compare import entry_digest
-from connectors.stores.model import (
+from connectors.stores.protocol import BatchUnit, BatchWriter
+from connectors.stores.writes import NONE, WriteColumns, entry_objects, guard
+from tributary.view_model import (
     Applied,
     Batch,
     Commit,
@@ -51,9 +52,8 @@ from connectors.stores.model import (
     Rejected,
     fields_json,
 )
-from connectors.stores.model import lookup_text as json_lookup_text
-from connectors.stores.protocol import BatchUnit, BatchWriter
-from connectors.stores.writes import NONE, WriteColumns, entry_objects, guard
+from tributary.view_model import lookup_text as json_lookup_text
+from tributary.view_store import Collection, CommitHooks, Materializer
 
 if TYPE_CHECKING:  # the writer's, with its first batch: not for a store's readers
     import numpy as np
@@ -407,7 +407,7 @@ class TantivyStore:
     # -- generations ---------------------------------------------------------------------
 
     def live_generation(self) -> str:
-        from connectors.stores.base import new_generation
+        from tributary.view_store import new_generation
 
         target = self._live_target()
         if target is not None:
@@ -907,7 +907,7 @@ _Pending = _Staged | None  # None: deleted in this unit
 
 class TantivyTxn:
     """One batch's pending writes over a searcher of the last commit (the
-    :class:`~connectors.stores.base.StoreTxn` of the tantivy store): reads see the unit's own
+    :class:`~tributary.view_store.StoreTxn` of the tantivy store): reads see the unit's own
     writes first."""
 
     def __init__(self, store: TantivyStore, searcher: tantivy.Searcher) -> None:

@@ -1,13 +1,13 @@
 """A batch's writes as columns, and the position guard over them (written once, vectorised).
 
-:class:`WriteColumns` wraps the write table (:data:`~connectors.stores.model.WRITE_SCHEMA`)
+:class:`WriteColumns` wraps the write table (:data:`~tributary.view_model.WRITE_SCHEMA`)
 with the numpy columns the stores work on: positions, deletes, fresh flags and the positions
 of the folded changes (null or empty normalised to ``[position]``). No Python object per write
 is made unless a caller asks for one (:meth:`WriteColumns.write`, for a materializer's
 ``Applied`` or a ``Rejected``).
 
 :func:`guard` is the per-key position guard and the applied counts of
-:func:`~connectors.stores.model.applied_count`, for a whole batch at once: a write passes
+:func:`~tributary.view_model.applied_count`, for a whole batch at once: a write passes
 when its position is above the key's *floor* (the larger of the stored entry's position and
 the deleted key's tombstone position); its entry's applied count adds the folded changes above
 the floor, or restarts from them when the write is fresh and its first change is new.
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from connectors.stores.model import (
+from tributary.view_model import (
     Delete,
     JsonObject,
     Put,

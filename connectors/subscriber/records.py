@@ -1,6 +1,6 @@
 """What a subscriber yields: a typed record with its position on Kafka.
 
-``cdc.<schema>.<table>`` records become :class:`~connectors.changes.ChangeEvent` (a tombstone
+``cdc.<schema>.<table>`` records become :class:`~tributary.changes.ChangeEvent` (a tombstone
 is a ``ChangeEvent`` with ``op is None``); ``events.<aggregate>`` records become
 :class:`EventRecord` — the event as the outbox publishes it: the Confluent wire format, a
 record of the event's own type (its typed fields become ``data``, with Avro's types:
@@ -23,7 +23,7 @@ from connectors.avro import (
     registry_schemas,
     schema_id_of,
 )
-from connectors.changes import ChangeEvent
+from tributary.changes import ChangeEvent
 
 E = TypeVar("E")
 

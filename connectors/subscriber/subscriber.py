@@ -17,7 +17,6 @@ from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
 
-from connectors.changes import ChangeEvent
 from connectors.kafka.admin import TopicAdmin
 from connectors.kafka.config import ClientValue, KafkaConfig
 from connectors.schema_registry.errors import RegistryUnavailableError
@@ -31,6 +30,7 @@ from connectors.subscriber.records import (
     KafkaPosition,
     Reveal,
 )
+from tributary.changes import ChangeEvent
 
 log = logging.getLogger(__name__)
 

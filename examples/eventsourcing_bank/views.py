@@ -16,12 +16,12 @@ import psycopg
 from psycopg import sql
 
 from connectors.errors import StoreUnavailableError
-from connectors.stores.base import Collection, StoreTxn
-from connectors.stores.model import Applied, Put
 from connectors.stores.pg_tables import TypedColumn, TypedTable
 from connectors.stores.postgres import PostgresStore
 from examples.eventsourcing_bank.folds import ACCOUNTS, CLOSED, TRANSACTIONS
 from projections.view import Query, QueryParam, View, per_partition
+from tributary.view_model import Applied, Put
+from tributary.view_store import Collection, StoreTxn
 from views.catalog import ViewsConfig
 
 NAME = "bank_balances"

@@ -15,13 +15,13 @@ from psycopg import sql
 
 from connectors.errors import ReadRoleError, StoreUnavailableError
 from connectors.roles import drop_read_role, grant_read_role
-from connectors.stores.base import new_generation
-from connectors.stores.model import Batch, Put
 from examples.social.views import timeline_view
 from examples.social.views.folds import FOLLOWS, POSTS
 from infra.stack.isolated import settings_env
 from projections.view import View
 from tests.integration.conftest import Endpoints
+from tributary.view_model import Batch, Put
+from tributary.view_store import new_generation
 
 ROOT = Path(__file__).resolve().parents[2]
 

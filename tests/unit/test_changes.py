@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from connectors.changes import ChangeDecodeError, ChangeEvent
+from tributary.changes import ChangeDecodeError, ChangeEvent
 
 
 def test_decodes_an_update_with_its_position() -> None:

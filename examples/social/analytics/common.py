@@ -11,11 +11,11 @@ from psycopg import sql
 
 from connectors.errors import StoreUnavailableError
 from connectors.kafka import KafkaConfig
-from connectors.stores.base import Collection, Materializer, ViewStore
 from connectors.stores.kafka import KafkaStore
 from connectors.stores.pg_tables import TypedColumn, TypedTable
 from connectors.stores.postgres import PostgresStore
 from projections.time import LATE, Lateness
+from tributary.view_store import Collection, Materializer, ViewStore
 
 Layout = Collection | TypedTable
 

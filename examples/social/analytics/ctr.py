@@ -28,7 +28,6 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 from psycopg import sql
 
-from connectors.stores.base import Collection
 from connectors.stores.pg_tables import TypedColumn
 from examples.social.analytics.common import (
     AnalyticsConfig,
@@ -44,6 +43,7 @@ from examples.social.analytics.stateful import FOLDED_FIELDS, LATE_INPUT, late_v
 from projections.folding import FOLDED_DDL
 from projections.time import HOUR_MS, iso_ms, window_key
 from projections.view import Query, QueryParam, View
+from tributary.view_store import Collection
 
 SEARCHES, CLICKS, QUERIES = "searches", "clicks", "queries"
 OPEN, CLICKED, NO_CLICK = "open", "clicked", "no_click"

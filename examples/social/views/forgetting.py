@@ -10,9 +10,9 @@ removals (:mod:`examples.social.views.folds`), so nothing brings the user back.
 
 from collections.abc import Sequence
 
-from connectors.stores.base import StoreTxn
-from connectors.stores.model import Applied, Put
 from examples.social.views.entities import FOLLOWS, FORGOTTEN, POSTS, USER, USERS
+from tributary.view_model import Applied, Put
+from tributary.view_store import StoreTxn
 
 
 def forgotten_users(applied: Sequence[Applied]) -> list[str]:

@@ -10,13 +10,13 @@ however often it runs, so no increment is ever applied twice. A deleted user's k
 from collections.abc import Sequence
 from typing import Any
 
-from connectors.stores.base import Collection, StoreTxn
-from connectors.stores.model import Applied, Put
 from connectors.stores.redis import RedisStore
 from examples.social.views.entities import FOLLOWS, FORGOTTEN, POSTS, USERS
 from examples.social.views.forgetting import forgotten_users, purge_user
 from examples.social.views.keys import key_options
 from projections.view import Query, QueryParam, View, per_partition
+from tributary.view_model import Applied, Put
+from tributary.view_store import Collection, StoreTxn
 
 NAME = "profile"
 PROFILES = "profiles"

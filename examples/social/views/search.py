@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from connectors.stores.base import Collection, StoreTxn
-from connectors.stores.model import Applied, Put
 from connectors.stores.tantivy import SearchField, TantivyStore
 from examples.social.views.entities import FORGOTTEN, POSTS, USERS
 from examples.social.views.forgetting import forgotten_users, purge_user
 from examples.social.views.keys import key_options
 from projections.view import Query, QueryParam, View, per_partition
+from tributary.view_model import Applied, Put
+from tributary.view_store import Collection, StoreTxn
 
 NAME = "search"
 SEARCH_FIELDS = (

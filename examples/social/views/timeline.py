@@ -17,14 +17,14 @@ import psycopg
 from psycopg import sql
 
 from connectors.errors import StoreError, StoreUnavailableError
-from connectors.stores.base import Collection, StoreTxn
-from connectors.stores.model import Applied, Put
 from connectors.stores.pg_tables import TypedColumn, TypedTable
 from connectors.stores.postgres import PostgresStore, TableAccess
 from examples.social.views.entities import FOLLOWS, FORGOTTEN, POSTS
 from examples.social.views.forgetting import forgotten_users, purge_user
 from examples.social.views.keys import key_options
 from projections.view import Query, QueryParam, View, per_partition
+from tributary.view_model import Applied, Put
+from tributary.view_store import Collection, StoreTxn
 
 NAME = "timeline"
 TIMELINE = "timeline"

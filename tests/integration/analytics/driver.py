@@ -13,11 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from connectors.kafka import KafkaConfig
-from connectors.stores.base import CommitHooks
 from spark_streaming.session import spark_session
 from spark_streaming.view_job import ViewJob
 from tests.integration.analytics.lab import lab_config, views_by_job
 from tests.jvm import SPARK_CLASS_ARCHIVE, SPARK_JAVA_OPTIONS
+from tributary.view_store import CommitHooks
 from views.catalog import JobOptions
 
 

@@ -11,13 +11,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from connectors.stores.base import Collection, ViewStore
-from connectors.stores.model import Batch, Put, Write
 from connectors.stores.postgres import PostgresStore
 from connectors.stores.redis import RedisStore
 from event_store import CommandRegistry
 from examples.social import social_registry, users_table
 from projections.view import Query, QueryParam, View
+from tributary.view_model import Batch, Put, Write
+from tributary.view_store import Collection, ViewStore
 from views.catalog import ViewsConfig
 
 NOTES = "notes"

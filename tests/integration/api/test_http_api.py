@@ -12,7 +12,6 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from connectors.postgres import PostgresConfig, make_engine
-from connectors.stores.model import Put
 from event_store import CommandBus, EventStore
 from examples.social import social_registry
 from infra.errors import QueryDeclarationError
@@ -27,6 +26,7 @@ from tests.integration.api.library import (
 )
 from tests.integration.conftest import Endpoints
 from tests.integration.event_store.conftest import StoreEnv
+from tributary.view_model import Put
 
 CREATE_POST = {"type": "CreatePost", "data": {"post_id": 1, "author_id": 1, "text": "hi #api"}}
 

@@ -2,10 +2,10 @@
 
 import psycopg
 
-from connectors.changes import ChangeEvent
 from connectors.kafka import TopicAdmin
 from tests.integration.conftest import Endpoints
 from tests.integration.kafka_reading import read_topic
+from tributary.changes import ChangeEvent
 
 
 def changes_on(stack: Endpoints, topic: str) -> list[ChangeEvent]:

@@ -8,11 +8,11 @@ from collections.abc import Callable
 
 import psycopg
 
-from connectors.changes import ChangeEvent
 from tests.integration.cdc.conftest import changes_on, sql, topic_length
 from tests.integration.cdc_process import CdcProcess
 from tests.integration.conftest import Endpoints
 from tests.integration.kafka_reading import read_topic, wait_until
+from tributary.changes import ChangeEvent
 
 Factory = Callable[..., CdcProcess]
 

@@ -16,10 +16,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from connectors.changes import ChangeEvent
 from tests.integration.cdc.conftest import changes_on, sql, topic_length
 from tests.integration.conftest import Endpoints
 from tests.integration.kafka_reading import wait_until
+from tributary.changes import ChangeEvent
 
 pytestmark = pytest.mark.containers
 

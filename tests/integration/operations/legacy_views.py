@@ -17,10 +17,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.stores.base import Collection
 from connectors.stores.redis import RedisStore
 from projections.folding import emit, folded_batch, records_table, rejections
 from projections.view import View, per_partition
+from tributary.view_store import Collection
 from views.catalog import ViewsConfig
 
 ITEMS = "items"

@@ -7,12 +7,12 @@ from typing import Any
 
 import psycopg
 
-from connectors.stores.base import Collection
-from connectors.stores.model import Batch
 from connectors.stores.postgres import PostgresStore
 from event_store import CommandRegistry
 from examples.social import social_registry, users_table
 from projections.view import View
+from tributary.view_model import Batch
+from tributary.view_store import Collection
 from views.catalog import ViewsConfig
 
 USERS_SCHEMA_ENV = "RYW_TEST_USERS_SCHEMA"

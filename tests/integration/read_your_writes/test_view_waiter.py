@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from connectors.stores.model import Batch
 from tests.integration.conftest import Endpoints
 from tests.integration.event_store.conftest import StoreEnv
 from tests.integration.read_your_writes.helpers import advance, hand_view, publish
+from tributary.view_model import Batch
 from views.read_your_writes import PositionToken, ViewsLaggingError, ViewWaiter
 
 POSTS = ("events.post",)

@@ -12,7 +12,6 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
-from connectors.stores.base import CommitHooks
 from infra.polling import poll_until
 from spark_streaming.errors import ReplayError
 from spark_streaming.replay import replay
@@ -20,6 +19,7 @@ from spark_streaming.runner import ViewRunner
 from spark_streaming.view_job import ViewJob, checkpoint_dir
 from tests.integration.spark_streaming.changefeed import ChangeFeed, mirror_rows
 from tests.integration.spark_streaming.test_mirror_view import assert_mirrors, run_mirror
+from tributary.view_store import CommitHooks
 from views.catalog import ViewsConfig, configured_views
 
 

@@ -18,10 +18,10 @@ import pytest
 import redis
 from pyspark.errors import StreamingQueryException
 
-from connectors.stores.base import Collection
 from connectors.stores.redis import RedisStore
 from spark_streaming.view_job import BatchReport, ViewJob
 from tests.integration.spark_streaming.changefeed import ChangeFeed, applied_counts, mirror_rows
+from tributary.view_store import Collection
 from views.catalog import ViewsConfig, configured_views
 
 MAX_OFFSETS = 150  # several batches

@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from connectors.stores.base import Collection, Materializer, StoreTxn, ViewStore
-from connectors.stores.model import Applied, Put
+from tributary.view_model import Applied, Put
+from tributary.view_store import Collection, Materializer, StoreTxn, ViewStore
 
 KINDS = ("postgres", "redis", "tantivy", "kafka")
 
@@ -86,8 +86,8 @@ def _main(argv: list[str]) -> None:
     import os
     import signal
 
-    from connectors.stores.base import CommitHooks
-    from connectors.stores.model import Batch, Delete
+    from tributary.view_model import Batch, Delete
+    from tributary.view_store import CommitHooks
 
     spec = StoreSpec.from_json(argv[1])
     batch: dict[str, Any] = json.loads(argv[2])

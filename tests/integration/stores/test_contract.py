@@ -30,9 +30,10 @@ import pyarrow as pa
 import pytest
 
 from connectors.errors import LedgerGapError, StaleGenerationError
-from connectors.stores.base import CommitHooks, StoreTxn, ViewStore
 from connectors.stores.compare import compare_generations
-from connectors.stores.model import (
+from tests.integration.conftest import Endpoints
+from tests.integration.stores.backends import KINDS, StoreSpec, build
+from tributary.view_model import (
     Applied,
     Batch,
     Delete,
@@ -42,8 +43,7 @@ from connectors.stores.model import (
     Rejected,
     write_table,
 )
-from tests.integration.conftest import Endpoints
-from tests.integration.stores.backends import KINDS, StoreSpec, build
+from tributary.view_store import CommitHooks, StoreTxn, ViewStore
 
 ROOT = Path(__file__).resolve().parents[3]
 TOPIC = "contract.source"

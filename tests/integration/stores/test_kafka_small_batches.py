@@ -19,10 +19,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from connectors.kafka import TopicAdmin, history_topic, state_topic
 from connectors.kafka.offsets import probe_consumer, true_watermarks
 from connectors.stores import kafka_ledger
-from connectors.stores.base import Collection
 from connectors.stores.kafka import KafkaStore
 from connectors.stores.kafka_ledger import GenerationRecord, Slot, ledger_key
 from tests.integration.conftest import Endpoints
+from tributary.view_store import Collection
 
 SINGLE = 200  # single-record batches
 TAIL = 5  # then one batch of this many records: ListOffsets (on Tansu) says its base + 1

@@ -9,12 +9,12 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pytest
 
-from connectors.stores.base import Collection, CommitHooks, StoreTxn
 from connectors.stores.kafka import KafkaStore
 from connectors.stores.kafka_writer import KafkaWriter, WriterState
-from connectors.stores.model import Applied, Batch, Delete, Put
 from connectors.stores.positions import GONE
 from tests.integration.conftest import Endpoints
+from tributary.view_model import Applied, Batch, Delete, Put
+from tributary.view_store import Collection, CommitHooks, StoreTxn
 
 TOPIC = "writer-state.source"
 COLLECTIONS = (Collection("items", lookups=("group",)), Collection("groups"))

@@ -12,12 +12,12 @@ from confluent_kafka import Producer
 
 from cdc.connector import topic_spec_for
 from cdc.publisher import LSN_HEADER, OutgoingChange
-from connectors.changes import TXID_HEADER, Row
 from connectors.kafka import KafkaConfig, TopicAdmin
 from connectors.kafka.producing import idempotent_producer
 from event_store.personal import KeyStore, MemoryKeys, encrypt_data, personal_fields
 from examples.social.feed import social_outbox
 from examples.social.posts import POST_EVENTS
+from tributary.changes import TXID_HEADER, Row
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

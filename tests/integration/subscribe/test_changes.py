@@ -1,11 +1,11 @@
 """``cdc.*`` records come through as ChangeEvents, tombstones included; a subscriber resumes
 from a stored position."""
 
-from connectors.changes import ChangeEvent
 from connectors.subscriber import KafkaPosition
 from tests.integration.conftest import Endpoints
 from tests.integration.subscribe.conftest import read_until, subscribed
 from tests.integration.subscribe.feed import change, produce, tombstone
+from tributary.changes import ChangeEvent
 
 
 def test_changes_and_tombstones_come_through_as_change_events(

@@ -12,7 +12,7 @@ from connectors.stores.compare import (
     same_offsets,
     scan_digests,
 )
-from connectors.stores.model import Commit, Entry
+from tributary.view_model import Commit, Entry
 
 
 def entry(key: str, fields: dict[str, object], position: int = 1, applied: int = 1) -> Entry:

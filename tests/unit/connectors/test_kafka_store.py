@@ -8,7 +8,6 @@ import pytest
 
 from connectors.errors import StoreError
 from connectors.kafka import KafkaConfig
-from connectors.stores.base import Collection, CommitHooks
 from connectors.stores.kafka import KafkaStore, StoredRecord, fold, murmur2, partition_for
 from connectors.stores.kafka_ledger import (
     GenerationRecord,
@@ -20,7 +19,9 @@ from connectors.stores.kafka_ledger import (
     merge_ranges,
 )
 from connectors.stores.kafka_writer import Folded, KafkaUnit, KafkaWriter, WriterState
-from connectors.stores.model import (
+from connectors.stores.positions import ENTRY, GONE, NONE, TOMB
+from connectors.stores.writes import WriteColumns
+from tributary.view_model import (
     Batch,
     Delete,
     JsonObject,
@@ -29,8 +30,7 @@ from connectors.stores.model import (
     lookup_text,
     write_table,
 )
-from connectors.stores.positions import ENTRY, GONE, NONE, TOMB
-from connectors.stores.writes import WriteColumns
+from tributary.view_store import Collection, CommitHooks
 
 COLLECTIONS = (Collection("items", lookups=("group",)), Collection("groups"))
 

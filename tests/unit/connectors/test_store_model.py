@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.stores.model import (
+from connectors.stores.writes import NONE, WriteColumns, guard
+from tributary.view_model import (
     WRITE_SCHEMA,
     Delete,
     JsonObject,
@@ -22,7 +23,6 @@ from connectors.stores.model import (
     merge_offsets,
     write_table,
 )
-from connectors.stores.writes import NONE, WriteColumns, guard
 
 
 def test_offsets_merge_keeps_untouched_partitions_and_never_goes_back() -> None:

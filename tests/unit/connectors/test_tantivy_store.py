@@ -11,8 +11,6 @@ from typing import Any
 import pytest
 
 from connectors.errors import StaleGenerationError, StoreError
-from connectors.stores.base import Collection
-from connectors.stores.model import Batch, Delete, Put, Rejected
 from connectors.stores.tantivy import (
     LIVE,
     SearchField,
@@ -23,6 +21,8 @@ from connectors.stores.tantivy import (
     slug,
     uid,
 )
+from tributary.view_model import Batch, Delete, Put, Rejected
+from tributary.view_store import Collection
 
 COLLECTIONS = (Collection("docs", lookups=("tag",)), Collection("notes"))
 FIELDS = (

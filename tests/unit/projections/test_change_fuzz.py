@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from connectors.avro import SchemaCache, use_schemas
-from connectors.changes import ChangeDecodeError, ChangeEvent
 from connectors.schema_registry.memory import MemoryRegistry
-from connectors.stores.model import Delete, Put, Write
 from examples.social.views.folds import fold_profile, fold_search, fold_timeline
 from projections.mirror import fold_changes
 from projections.view import DeadLetter, writes_from_folded
 from spark_streaming.kafka_reader import ARROW_SCHEMA
+from tributary.changes import ChangeDecodeError, ChangeEvent
+from tributary.view_model import Delete, Put, Write
 
 TOPIC = "cdc.public.users"
 REGISTRY = {"registry": "memory://change-fuzz"}  # an empty registry: Avro-looking poison

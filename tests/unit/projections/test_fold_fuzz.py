@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from connectors.avro import SchemaCache, use_schemas
 from connectors.schema_registry.memory import MemoryRegistry
-from connectors.stores.model import write_table
 from examples.social.views.folds import fold_profile
 from projections.mirror import fold_changes
 from projections.view import split_folded, writes_from_folded
 from spark_streaming.kafka_reader import ARROW_SCHEMA
+from tributary.view_model import write_table
 
 TOPIC = "cdc.public.t"
 

@@ -6,10 +6,10 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from connectors.postgres import SourceColumn
-from connectors.stores.model import Delete, JsonObject, Put
 from projections.mirror import debezium_encoding, fold_changes, mirror_table
 from projections.view import writes_from_folded
 from spark_streaming.kafka_reader import ARROW_SCHEMA
+from tributary.view_model import Delete, JsonObject, Put
 
 TOPIC = "cdc.public.t"
 Record = dict[str, Any]

@@ -3,9 +3,9 @@ and names kept beside them say the same as the schemas."""
 
 import pytest
 
-from connectors.stores import model
 from projections import folding, mirror
 from projections.view import PartitionFold, check_fold, per_partition
+from tributary import view_model as model
 
 
 def test_the_folded_ddl_is_the_folded_schema_as_spark_ddl() -> None:

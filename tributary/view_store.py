@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from connectors.stores.model import Applied, Batch, Commit, Entry, Rejected
+from tributary.view_model import Applied, Batch, Commit, Entry, Rejected
 
 BatchHook = Callable[[int], None]
 RejectHandler = Callable[[Sequence[Rejected]], None]

@@ -1,6 +1,7 @@
 """The change-event model: a Debezium record decoded from Kafka.
 
-Lives in ``connectors`` (a serde) so every layer may decode changes; ``cdc`` re-exports it.
+Lives in the shared kernel (``tributary``) so every layer may decode changes: CDC writes them,
+the views and the consumer SDK read them; ``cdc`` re-exports it.
 Wire format (``converter.schemas.enable=false``): key = JSON object of the primary-key
 columns; value = the Debezium envelope ``{"op", "before", "after", "source", "ts_ms"}``;
 a delete is followed by a tombstone (same key, null value). Headers ``lsn`` and ``txId``
@@ -12,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from connectors.errors import ConnectorError
+from tributary.errors import TributaryError
 
 Op = Literal["c", "u", "d", "r", "t", "m"]
 Row = dict[str, Any]
@@ -22,7 +23,7 @@ LSN_HEADER = "lsn"
 TXID_HEADER = "txId"
 
 
-class ChangeDecodeError(ConnectorError):
+class ChangeDecodeError(TributaryError):
     """A record is not a Debezium change event (wrong JSON, missing fields)."""
 
 
