@@ -3,7 +3,8 @@ own stateful operators, each job a stateful view (its own checkpoint, its output
 view layer's exactly-once ledger) writing PostgreSQL tables services read and a topic
 ``analytics.<job>`` downstream teams subscribe to.
 
-``TRIBUTARY_ANALYTICS=examples.social.analytics:social_analytics`` runs them beside the views.
+``TRIBUTARY_ANALYTICS=examples.social.analytics:social_analytics`` runs them beside the views;
+``examples.social.analytics:<job>_only`` (e.g. ``sessions_only``) runs one of them.
 
 - ``activity`` (reads ``activity``): each event with raw and corrected times (stateless);
 - ``hashtags``, ``trending`` (``events.post``): posts per hashtag in tumbling 1-minute and
@@ -23,6 +24,7 @@ view layer's exactly-once ledger) writing PostgreSQL tables services read and a 
 The lateness rule, device-clock correction and watermarks: :mod:`projections.time`.
 """
 
+from collections.abc import Callable
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -74,7 +76,21 @@ JOBS = (
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)
+    job = f"{name.removesuffix('_only')}_view"
+    if name.endswith("_only") and job in JOBS:
+        return _one_job(job)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _one_job(job: str) -> "Callable[[ViewsConfig], list[View]]":
+    """A factory of one job: ``TRIBUTARY_ANALYTICS=examples.social.analytics:sessions_only``
+    runs the sessions job alone (``<job>_only`` for any job above)."""
+
+    def factory(config: "ViewsConfig") -> "list[View]":
+        return [__getattr__(job)(analytics_config(config))]
+
+    factory.__name__ = f"{job.removesuffix('_view')}_only"
+    return factory
 
 
 def analytics_config(config: "ViewsConfig") -> "AnalyticsConfig":

@@ -121,6 +121,20 @@ def held(view: View) -> dict[str, dict[str, dict[str, Any]]]:
     }
 
 
+def session_rows(view: View) -> dict[tuple[int, int], tuple[int, int, int, int]]:
+    """The sessions job's rows in the reference's shape: (user, start) -> (end, events,
+    searches, clicks)."""
+    return {
+        (f["user_id"], ms(f["session_start"])): (
+            ms(f["session_end"]),
+            f["events"],
+            f["searches"],
+            f["clicks"],
+        )
+        for f in held(view)["sessions"].values()
+    }
+
+
 def applied_counts(view: View, collection: str) -> dict[str, int]:
     return {e.key: e.applied for e in view.store.scan(collection)}
 

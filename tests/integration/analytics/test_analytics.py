@@ -45,6 +45,7 @@ from tests.integration.analytics.lab import (
     ms,
     replay_jobs,
     run_jobs,
+    session_rows,
     views_by_job,
 )
 from tests.integration.conftest import Endpoints
@@ -86,18 +87,6 @@ def window_counts(view: View, collection: str) -> dict[tuple[int, str], tuple[in
     return {
         (ms(f["window_start"]), f["tag"]): (f["posts"], f["late_posts"])
         for f in held(view)[collection].values()
-    }
-
-
-def session_rows(view: View) -> dict[tuple[int, int], tuple[int, int, int, int]]:
-    return {
-        (f["user_id"], ms(f["session_start"])): (
-            ms(f["session_end"]),
-            f["events"],
-            f["searches"],
-            f["clicks"],
-        )
-        for f in held(view)["sessions"].values()
     }
 
 
