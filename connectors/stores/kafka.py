@@ -80,6 +80,7 @@ from connectors.stores.kafka_ledger import (
     read_ranges,
 )
 from connectors.stores.kafka_writer import KafkaWriter
+from connectors.stores.protocol import named
 from tributary.view_model import (
     Commit,
     Entry,
@@ -288,13 +289,7 @@ class KafkaStore:
     # -- naming ----------------------------------------------------------------------
 
     def collection(self, name: str) -> Collection:
-        try:
-            return self.collections[name]
-        except KeyError:
-            raise StoreError(
-                f"view {self.view} has no collection {name!r}"
-                f" (it has {', '.join(sorted(self.collections))})"
-            ) from None
+        return named(self.view, self.collections, name)
 
     def topic(self, collection: str, shadow: str | None = None) -> str:
         """The output topic of a collection in a shadow generation (None: the live one)."""

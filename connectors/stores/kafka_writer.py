@@ -54,7 +54,7 @@ from connectors.stores.kafka_ledger import (
 from connectors.stores.kafka_types import WriterStore
 from connectors.stores.positions import ENTRY, GONE, NONE, TOMB, PositionIndex
 from connectors.stores.protocol import BatchUnit, BatchWriter
-from connectors.stores.writes import WriteColumns, entry_texts, guard
+from connectors.stores.writes import Staged, WriteColumns, entry_texts, guard
 from tributary.view_model import (
     Applied,
     Batch,
@@ -63,7 +63,6 @@ from tributary.view_model import (
     JsonObject,
     Put,
     Rejected,
-    fields_json,
     lookup_text,
 )
 from tributary.view_store import Collection, CommitHooks
@@ -73,28 +72,11 @@ log = logging.getLogger(__name__)
 # -- the writer's state and the materializer's transaction -------------------------------
 
 
-@dataclass(frozen=True)
-class _State:
-    """A pending entry of a unit: parsed fields, their exact JSON, position, count."""
-
-    fields: Mapping[str, Any]
-    text: str
-    position: int
-    applied: int
-
-    def entry(self, collection: str, key: str) -> Entry:
-        return Entry(collection, key, json.loads(self.text), self.position, self.applied)
+class _State(Staged):
+    """A pending entry of a unit, and its slot in the unit's topic writes."""
 
     def slot(self) -> Slot:
         return Slot(self.text.encode(), self.position, self.applied)
-
-
-def _state_of(fields: Mapping[str, Any], position: int, applied: int) -> _State:
-    text = fields_json(fields)
-    parsed = json.loads(text)
-    if not isinstance(parsed, dict):
-        raise ValueError(f"fields must be a JSON object, got {text[:80]!r}")
-    return _State(parsed, text, position, applied)
 
 
 def _lookup_texts(value: bytes | str | None, names: Sequence[str]) -> tuple[str | None, ...]:
@@ -378,7 +360,7 @@ class KafkaTxn:
         current = self._current(ident)
         position, applied = (0, 0) if current is None else (current.position, current.applied)
         try:
-            state = _state_of(fields, position, applied)
+            state = _State.of(fields, position, applied)
         except (TypeError, ValueError) as exc:
             raise StoreError(
                 f"view {self.store.view}: derived write {collection}/{key}: {exc}"

@@ -41,7 +41,7 @@ from connectors.stores.pg_tables import (
     generation_table,
     ident,
 )
-from connectors.stores.protocol import BatchUnit, BatchWriter
+from connectors.stores.protocol import BatchUnit, BatchWriter, named
 from connectors.stores.writes import WriteColumns
 from tributary.view_model import (
     Applied,
@@ -114,13 +114,7 @@ class PostgresStore:
         return generation_table(self.base_table(collection), generation)
 
     def _layout(self, collection: str) -> Layout:
-        try:
-            layout = self.layouts[collection]
-        except KeyError:
-            raise StoreError(
-                f"view {self.view} has no collection {collection!r}"
-                f" (it has {', '.join(sorted(self.layouts))})"
-            ) from None
+        layout = named(self.view, self.layouts, collection)
         if isinstance(layout, TypedTable) and (not layout.columns or not layout.key):
             if layout.refresh is not None:
                 layout = layout.refresh()

@@ -23,13 +23,27 @@ document; Kafka a batched produce, then the ledger record.
 """
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from typing import TypeVar
 
-from connectors.errors import LedgerGapError, StaleGenerationError
+from connectors.errors import LedgerGapError, StaleGenerationError, StoreError
 from connectors.stores.writes import WriteColumns
 from tributary.view_model import Applied, Batch, Commit, Rejected, covers, gaps, merge_offsets
 from tributary.view_store import CommitHooks, Materializer, RejectHandler, StoreTxn
+
+T = TypeVar("T")
+
+
+def named(view: str, collections: Mapping[str, T], name: str) -> T:
+    """A view's collection called ``name`` (whatever a store keeps per collection), or a
+    :class:`StoreError` naming the collections the view has."""
+    try:
+        return collections[name]
+    except KeyError:
+        raise StoreError(
+            f"view {view} has no collection {name!r} (it has {', '.join(sorted(collections))})"
+        ) from None
 
 
 class BatchUnit(ABC):

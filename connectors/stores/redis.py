@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.errors import StoreError, StoreUnavailableError
 from connectors.stores.compare import scan_digests
-from connectors.stores.protocol import BatchUnit, BatchWriter
-from connectors.stores.writes import NONE, WriteColumns, entry_objects, guard
+from connectors.stores.protocol import BatchUnit, BatchWriter, named
+from connectors.stores.writes import NONE, Staged, WriteColumns, entry_objects, guard
 from tributary.view_model import (
     Applied,
     Batch,
@@ -50,7 +50,6 @@ from tributary.view_model import (
     JsonObject,
     Put,
     Rejected,
-    fields_json,
     lookup_text,
 )
 from tributary.view_store import Collection, CommitHooks, Materializer, new_generation
@@ -419,13 +418,7 @@ class RedisStore:
         return self.client.register_script(_PUT)
 
     def collection(self, name: str) -> Collection:
-        try:
-            return self.collections[name]
-        except KeyError:
-            raise StoreError(
-                f"view {self.view} has no collection {name!r}"
-                f" (it has {', '.join(sorted(self.collections))})"
-            ) from None
+        return named(self.view, self.collections, name)
 
     @contextmanager
     def errors(self, what: str) -> Iterator[None]:
@@ -903,17 +896,8 @@ def _shown(fields: Mapping[str, Any] | None, name: str) -> str | None:
 # -- the materializer's transaction -------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _State:
-    """An entry as the unit sees it: parsed fields, their exact JSON, position, count."""
-
-    fields: Mapping[str, Any]
-    text: str
-    position: int
-    applied: int
-
-    def entry(self, collection: str, key: str) -> Entry:
-        return Entry(collection, key, json.loads(self.text), self.position, self.applied)
+class _State(Staged):
+    """An entry as the unit sees it, and its Redis hash."""
 
     def mapping(self) -> dict[FieldT, EncodableT]:
         out: dict[FieldT, EncodableT] = {}
@@ -925,14 +909,6 @@ class _State:
         out[APPLIED] = self.applied
         out[JSON] = self.text
         return out
-
-
-def _state_of(fields: Mapping[str, Any], position: int, applied: int) -> _State:
-    text = fields_json(fields)
-    parsed = json.loads(text)
-    if not isinstance(parsed, dict):
-        raise ValueError(f"fields must be a JSON object, got {text[:80]!r}")
-    return _State(parsed, text, position, applied)
 
 
 class RedisTxn:
@@ -1111,7 +1087,7 @@ class RedisTxn:
         current = self._current(ident)
         position, applied = (0, 0) if current is None else (current.position, current.applied)
         try:
-            self._stage(ident, _state_of(fields, position, applied))
+            self._stage(ident, _State.of(fields, position, applied))
         except (TypeError, ValueError) as exc:
             raise StoreError(
                 f"view {self.store.view}: derived write {collection}/{key}: {exc}"

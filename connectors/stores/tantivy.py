@@ -41,7 +41,7 @@ import tantivy
 
 from connectors.errors import StaleGenerationError, StoreError
 from connectors.stores.compare import entry_digest
-from connectors.stores.protocol import BatchUnit, BatchWriter
+from connectors.stores.protocol import BatchUnit, BatchWriter, named
 from connectors.stores.writes import NONE, WriteColumns, entry_objects, guard
 from tributary.view_model import (
     Applied,
@@ -344,13 +344,7 @@ class TantivyStore:
         return self.base / generation
 
     def _collection(self, name: str) -> Collection:
-        try:
-            return self.collections[name]
-        except KeyError:
-            raise StoreError(
-                f"view {self.view} has no collection {name!r}"
-                f" (it has {', '.join(sorted(self.collections))})"
-            ) from None
+        return named(self.view, self.collections, name)
 
     def _live_target(self) -> str | None:
         try:

@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from tributary.view_model import (
     Delete,
+    Entry,
     JsonObject,
     Put,
     SourceRef,
     Write,
+    fields_json,
     write_schema,
     write_table,
 )
@@ -41,6 +44,28 @@ NONE = -(2**63)  # numpy.iinfo(numpy.int64).min
 """A position that is not there (no stored entry, no tombstone) in the guard's columns."""
 
 _REQUIRED = ("collection", "key", "position")
+
+
+@dataclass(frozen=True)
+class Staged:
+    """An entry as a materializer's unit sees it (the Kafka and Redis stores' pending and
+    stored entries): parsed fields, their exact JSON, position, applied count."""
+
+    fields: Mapping[str, Any]
+    text: str
+    position: int
+    applied: int
+
+    @classmethod
+    def of(cls, fields: Mapping[str, Any], position: int, applied: int) -> Self:
+        text = fields_json(fields)
+        parsed = json.loads(text)
+        if not isinstance(parsed, dict):
+            raise ValueError(f"fields must be a JSON object, got {text[:80]!r}")
+        return cls(parsed, text, position, applied)
+
+    def entry(self, collection: str, key: str) -> Entry:
+        return Entry(collection, key, json.loads(self.text), self.position, self.applied)
 
 
 def conform(table: pa.Table | pa.RecordBatch) -> pa.Table:
