@@ -10,7 +10,10 @@ divided again when an instance joins, leaves or dies.
   ``kill -9`` frees the lock at once (the database closes the session), so its partitions are
   free at the others' next rebalance, with no time-to-live to wait out. A *paused* member (a
   stopped process, a frozen VM) keeps its connection, so its lock stays held; it dies when its
-  row expires, ``timeout`` after its last heartbeat.
+  row expires, ``timeout`` after its last heartbeat. A *hung* member (its loop stuck in a
+  handler while the heartbeat thread runs on) stops renewing once its loop has not polled for
+  ``max_poll_interval`` (Kafka's ``max.poll.interval.ms``), so it dies the same way, ``timeout``
+  later; its heartbeat renews again after the loop's next poll.
 - **Owners.** ``tributary.partition_owners`` holds one row per partition: owner, ``epoch``
   (bumped at every change of owner) and ``expires_at`` (renewed by the owner's heartbeat). A
   member takes a partition that is unowned, expired or owned by a dead member, up to its share
@@ -38,6 +41,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from contextlib import suppress
@@ -118,9 +122,15 @@ class Ownership:
         partitions: int,
         timeout_s: float = 10.0,
         member: str | None = None,
+        max_poll_interval_s: float | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if max_poll_interval_s is not None and max_poll_interval_s <= 0:
+            raise ValueError(f"max_poll_interval_s must be > 0, got {max_poll_interval_s}")
+        self.max_poll_interval_s = max_poll_interval_s
+        self._polled_at = time.monotonic()
+        self._stalled = False
         self.dsn = dsn
         self.group = group
         self.partitions = partitions
@@ -179,9 +189,31 @@ class Ownership:
     def _lock_name(self) -> str:
         return f"partition-member:{self.group}:{self.member}"
 
+    def polled(self) -> None:
+        """The owner's loop polled: it is not hung (see ``max_poll_interval_s``)."""
+        self._polled_at = time.monotonic()
+
+    def hung(self) -> bool:
+        """Whether the owner's loop has not polled for longer than ``max_poll_interval_s``."""
+        if self.max_poll_interval_s is None:
+            return False
+        return time.monotonic() - self._polled_at > self.max_poll_interval_s
+
     def _heartbeat(self) -> None:
         interval = self.timeout_s / 4
         while not self._stop.wait(interval):
+            if self.hung():  # renew nothing: the others take the partitions at expiry
+                if not self._stalled:
+                    self._stalled = True
+                    log.warning(
+                        "%s: the loop has not polled for %.1f s (max poll interval %g s):"
+                        " no heartbeat until it does; its partitions expire",
+                        self.group,
+                        time.monotonic() - self._polled_at,
+                        self.max_poll_interval_s,
+                    )
+                continue
+            self._stalled = False
             try:
                 self.renew()
             except psycopg.Error as exc:

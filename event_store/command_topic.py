@@ -225,6 +225,8 @@ class CommandProcessor:
 
     def process_batch(self, timeout: float = 0.5) -> int:
         """Handle the next batch (up to ``batch_size`` messages); returns how many."""
+        if self.ownership is not None:
+            self.ownership.polled()
         self._assign()
         # Wait for the first message only; then take what is already fetched. (consume(n, t)
         # would wait the whole timeout whenever fewer than n messages are there.)

@@ -97,4 +97,10 @@ def command_ownership(s: "Settings", kafka: "KafkaConfig") -> "Ownership":
     if not partitions:
         raise TributaryError(f"topic {s.commands_topic} does not exist")
     group = ownership_group(s)
-    return Ownership(s.postgres().dsn, group, partitions, s.command_owner_timeout_s).join()
+    return Ownership(
+        s.postgres().dsn,
+        group,
+        partitions,
+        s.command_owner_timeout_s,
+        max_poll_interval_s=s.command_max_poll_interval_s,
+    ).join()

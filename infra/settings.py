@@ -247,6 +247,13 @@ class Settings(SettingsMethods, BaseSettings):
         description="Seconds after its last heartbeat a paused command processor loses its"
         " partitions to the others (a dead one loses them at once).",
     )
+    command_max_poll_interval_s: float = Field(
+        300.0,
+        gt=0,
+        description="Seconds a command processor's loop may go without polling (a handler that"
+        " hangs) before its heartbeat stops and its partitions expire to the others (Kafka's"
+        " max.poll.interval.ms).",
+    )
     command_handlers: str = Field(
         "examples.social:social_registry",
         description="module:factory returning the CommandRegistry the processor serves.",

@@ -88,6 +88,7 @@ FIELDS: dict[str, FieldSpec] = {
     "command_topic_partitions": ("int", False, 4, ()),
     "command_processor_name": ("str", False, "command-processor", ()),
     "command_owner_timeout_s": ("float", False, 10.0, (("gt", 0),)),
+    "command_max_poll_interval_s": ("float", False, 300.0, (("gt", 0),)),
     "command_handlers": ("str", False, "examples.social:social_registry", ()),
     "cli_plugins": ("str", False, "examples.social.activity_cli:activity_app", ()),
     "demo": ("str", False, "examples.social.demo:run_demo", ()),

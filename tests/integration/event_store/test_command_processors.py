@@ -2,7 +2,8 @@
 partitions of ``commands``: each partition has one owner, a joining processor takes a share, a
 ``kill -9``-ed one loses its partitions at once, a paused one (SIGSTOP) after the timeout and,
 when it wakes (SIGCONT), its append is refused by the fence. Every command is answered once
-and stored once (checked against the event store)."""
+and stored once (checked against the event store), the topic's and those sent over HTTP
+(`POST /commands` of `tributary serve`, beside the processors) alike."""
 
 import json
 import os
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from confluent_kafka import Producer
@@ -33,6 +35,7 @@ from infra.command_results import Results
 from infra.commands import command_topics, ownership_group
 from infra.polling import poll_until
 from infra.settings import Settings, load_settings
+from infra.stack.isolated import free_port_block
 from tests.integration.conftest import Endpoints
 from tests.integration.event_store.conftest import plain_text
 from tests.integration.event_store.napping import napping_registry
@@ -99,7 +102,11 @@ def _pid(member: str | None) -> int | None:
 def fleet(
     request: pytest.FixtureRequest, stack: Endpoints, unique: str, tmp_path: Path
 ) -> Iterator[Fleet]:
-    """Processors of a database of their own; ``request.param``: their timeout (seconds)."""
+    """Processors of a database of their own; ``request.param``: their timeout (seconds), or
+    their timeout and their max poll interval."""
+    timeout, max_poll = (
+        request.param if isinstance(request.param, tuple) else (request.param, 300.0)
+    )
     database = f"cp_{unique}"
     with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {database}")  # type: ignore[arg-type]
@@ -114,7 +121,8 @@ def fleet(
         "command_topic_partitions": PARTITIONS,
         "command_processor_name": f"cp-{unique}",
         "command_handlers": "tests.integration.event_store.napping:napping_registry",
-        "command_owner_timeout_s": float(request.param),
+        "command_owner_timeout_s": float(timeout),
+        "command_max_poll_interval_s": float(max_poll),
     }
     settings = load_settings(**values)
     env = {**os.environ, **{f"TRIBUTARY_{k.upper()}": str(v) for k, v in values.items()}}
@@ -174,9 +182,65 @@ class Sender(threading.Thread):
             self.errors.append(exc)
 
 
-def _each_once(fleet: Fleet, results: Results, sent: dict[str, int], timeout: float) -> None:
+class HttpSender(threading.Thread):
+    """CreatePost commands through ``POST /commands`` of a ``tributary serve`` of the fleet's
+    settings, one after another, until stopped; post ids from 1,000,000 up."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        super().__init__(name="http-sender", daemon=True)
+        port = free_port_block(1)
+        self.base = f"http://127.0.0.1:{port}"
+        self.log = fleet.home / "serve.log"
+        with open(self.log, "wb") as out:
+            self.server = subprocess.Popen(
+                [sys.executable, "-m", "infra.cli", "serve", "--port", str(port)],
+                cwd=ROOT,
+                env=fleet.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        fleet.procs.append(self.server)  # stopped with the processors
+        self.sent: dict[str, int] = {}  # command id -> post id
+        self.answers: dict[str, list[dict[str, Any]]] = {}  # command id -> its answers
+        self.halt = threading.Event()
+        self.errors: list[BaseException] = []
+
+    def wait_up(self) -> None:
+        def answers() -> bool:
+            assert self.server.poll() is None, self.log.read_text()
+            httpx.get(f"{self.base}/openapi.json", timeout=2)
+            return True
+
+        poll_until(answers, 60, "serve to answer", 0.2, retry_on=(httpx.TransportError,))
+
+    def run(self) -> None:
+        post = 1_000_000
+        try:
+            with httpx.Client(base_url=self.base, timeout=60) as client:
+                while not self.halt.is_set():
+                    command_id = str(uuid.uuid4())
+                    data = {"post_id": post, "author_id": 1 + post % 3, "text": f"post {post}"}
+                    body = {"command_id": command_id, "type": "CreatePost", "data": data}
+                    answer = client.post("/commands", json=body)
+                    assert answer.status_code == 200, answer.text
+                    self.sent[command_id] = post
+                    self.answers.setdefault(command_id, []).append(answer.json())
+                    post += 1
+                    time.sleep(0.05)
+        except BaseException as exc:  # surfaced by the test
+            self.errors.append(exc)
+
+
+def _each_once(
+    fleet: Fleet,
+    results: Results,
+    sent: dict[str, int],
+    timeout: float,
+    http: HttpSender | None = None,
+) -> None:
     """Every command has exactly one result, accepted, and the event store holds exactly its
-    events: one per post, version 1, the event ids its result names; nothing else."""
+    events: one per post, version 1, the event ids its result names; nothing else. With
+    ``http``: its commands too, each answered once over HTTP."""
     poll_until(
         lambda: set(sent) <= set(results.snapshot()),
         timeout,
@@ -198,13 +262,20 @@ def _each_once(fleet: Fleet, results: Results, sent: dict[str, int], timeout: fl
         recorded = conn.execute(f"SELECT count(*) FROM {schema}.commands").fetchone()  # type: ignore[arg-type]
     by_command = {str(c): (str(s), int(v), str(e)) for s, v, e, c in rows}
     assert len(by_command) == len(rows), "a command stored events twice"
+    over_http = {} if http is None else http.sent
     assert sorted(s for s, _, _ in by_command.values()) == sorted(
-        f"post-{p}" for p in sent.values()
+        f"post-{p}" for p in (*sent.values(), *over_http.values())
     ), "streams differ from the commands sent"
     assert all(v == 1 for _, v, _ in by_command.values()), "a post stream beyond version 1"
     for command_id in sent:
         assert [by_command[command_id][2]] == answers[command_id][0]["event_ids"]
-    assert recorded is not None and recorded[0] == len(sent)
+    if http is not None:
+        assert not set(http.sent) & set(answers), "an HTTP command answered on the topic"
+        for command_id in http.sent:
+            [answer] = http.answers[command_id]
+            assert answer["status"] == "accepted", answer
+            assert [by_command[command_id][2]] == answer["event_ids"]
+    assert recorded is not None and recorded[0] == len(sent) + len(over_http)
 
 
 @pytest.mark.timeout(420)
@@ -215,9 +286,12 @@ def test_processors_divide_the_partitions_and_a_killed_one_loses_its_share(
     results = Results(fleet.settings, "processors-results", fetch_wait_ms=10)
     results.start()
     sender = Sender(fleet)
+    http = HttpSender(fleet)
     try:
         first, second = fleet.start_two()
+        http.wait_up()
         sender.start()
+        http.start()
         time.sleep(2.0)
         third = fleet.start()
         poll_until(
@@ -264,19 +338,32 @@ def test_processors_divide_the_partitions_and_a_killed_one_loses_its_share(
         assert taken_s < fleet.settings.command_owner_timeout_s / 2, fleet.logs()
         time.sleep(3.0)
         sender.halt.set()
+        http.halt.set()
         sender.join(30)
+        http.join(90)
         assert not sender.errors, sender.errors
-        assert len(sender.sent) > 100
-        _each_once(fleet, results, sender.sent, 120)
+        assert not http.errors, (http.errors, http.log.read_text()[-2000:])
+        assert len(sender.sent) > 100 and len(http.sent) > 20
+        _each_once(fleet, results, sender.sent, 120, http)
     finally:
         sender.halt.set()
+        http.halt.set()
         results.halt.set()
 
 
+#: How the first processor stops making progress inside a command: frozen (SIGSTOP: its
+#: heartbeat thread freezes too), or hung in its handler while its heartbeat thread runs on
+#: (it stops renewing after the max poll interval, 2 s here).
+PAUSES = [
+    pytest.param(3.0, "stopped", id="stopped"),
+    pytest.param((3.0, 2.0), "hung", id="hung"),
+]
+
+
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize("fleet", [3.0], indirect=True)
+@pytest.mark.parametrize(("fleet", "pause"), PAUSES, indirect=["fleet"])
 def test_a_paused_processor_loses_its_partitions_and_its_append_is_refused_when_it_wakes(
-    fleet: Fleet, tmp_path: Path
+    fleet: Fleet, pause: str, tmp_path: Path
 ) -> None:
     results = Results(fleet.settings, "processors-results", fetch_wait_ms=10)
     results.start()
@@ -301,8 +388,9 @@ def test_a_paused_processor_loses_its_partitions_and_its_append_is_refused_when_
         poll_until(
             lambda: (marks / f"500-{first.pid}").exists(), 60, "the first processor napping", 0.05
         )
-        os.kill(first.pid, signal.SIGSTOP)  # paused inside the command's transaction
         paused = time.monotonic()
+        if pause == "stopped":
+            os.kill(first.pid, signal.SIGSTOP)  # paused inside the command's transaction
         poll_until(
             lambda: fleet.owners()[partition][0] == second.pid,
             30,
@@ -314,12 +402,18 @@ def test_a_paused_processor_loses_its_partitions_and_its_append_is_refused_when_
         assert set(fleet.shares()) == {second.pid}  # every partition: the paused one owns none
         print(f"partitions of the paused processor owned by the other after {taken_s:.2f} s")
         # not at once: its connection (and lock) stayed open; the rows expired (the last
-        # heartbeat was up to a quarter of the timeout before the pause)
+        # heartbeat was up to a quarter of the timeout before the pause; when hung, the
+        # heartbeat stopped after the max poll interval)
         assert taken_s > fleet.settings.command_owner_timeout_s / 2
+        if pause == "hung":
+            assert first.poll() is None  # running all along: its heartbeat thread too
+            assert taken_s > fleet.settings.command_max_poll_interval_s, fleet.logs()
+            assert "no heartbeat until it does" in fleet.logs()
         poll_until(
             lambda: (marks / f"500-{second.pid}").exists(), 60, "the new owner napping", 0.05
         )
-        os.kill(first.pid, signal.SIGCONT)  # it wakes and commits before the new owner would
+        if pause == "stopped":  # it wakes and commits before the new owner would
+            os.kill(first.pid, signal.SIGCONT)
         answer = results.wait(nap_id, 60)
         assert answer is not None and answer["status"] == "accepted", (answer, fleet.logs())
         assert first.poll() is None, fleet.logs()  # refused, not crashed
