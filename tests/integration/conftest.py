@@ -73,17 +73,6 @@ class Endpoints:
         }
         return {"kafka_bootstrap_servers": self.bootstrap_servers, **security}
 
-    def env(self) -> dict[str, str]:
-        """The ``TRIBUTARY_*`` variables that point a ``tributary`` process at the session's
-        services (Kafka with its security settings, PostgreSQL, Redis, the registry)."""
-        return {
-            "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
-            **self.settings.kafka_security_env(),
-            "TRIBUTARY_POSTGRES_URL": self.database_url,
-            "TRIBUTARY_REDIS_URL": self.redis_url,
-            "TRIBUTARY_SCHEMA_REGISTRY_URL": self.settings.registry_url,
-        }
-
     @property
     def kafka(self) -> KafkaConfig:
         return self.settings.kafka("tributary-test")
