@@ -64,6 +64,13 @@ class Endpoints:
         return self.tag is not None
 
     @property
+    def spark_kafka_options(self) -> dict[str, str]:
+        """The Kafka source's options that reach the session's Kafka (``kafka.*``: its
+        bootstrap servers and security properties)."""
+        extra = {f"kafka.{k}": v for k, v in self.kafka.extra.items()}
+        return {"kafka.bootstrap.servers": self.bootstrap_servers, **extra}
+
+    @property
     def kafka_settings(self) -> dict[str, str]:
         """Kafka's settings (bootstrap servers, security), as fields, for a test's own
         settings (``load_settings(**stack.kafka_settings, ...)``)."""
