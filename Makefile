@@ -12,7 +12,7 @@ TEST_WORKERS ?= 2
 SPARK_ARCHIVE = $(VENV)/share/tributary/spark-classes.jsa
 
 .PHONY: setup cdc-classes system-packages test unit integration lint demo bench chaos takeover clean \
-	podman-setup podman-stop images test-containers
+	podman-setup podman-stop images test-containers test-byo
 
 setup: system-packages $(VENV)/.installed $(SPARK_ARCHIVE) cdc-classes
 
@@ -108,6 +108,20 @@ test-containers: setup
 	$(BIN)/python -m pip install -q -e ".[dev,containers]"
 	TRIBUTARY_TEST_STACK=containers $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist load \
 	  $(CONTAINERS_TESTS) $(PYTEST_ARGS)
+
+# The integration suite on a Kafka and PostgreSQL it did not start ("bring your own",
+# docs/settings.md): a second stack of only those two in $(BYO_HOME) on its own ports
+# (tests/brought_stack.py), the suite pointed at them through TRIBUTARY_TEST_* only, then a check
+# that the sessions left nothing there, and the second stack stopped. Not part of `make test`.
+BYO_HOME ?= $(CURDIR)/.byo
+test-byo: setup
+	$(BIN)/python -m tests.brought_stack up $(BYO_HOME)
+	@rc=0; . $(BYO_HOME)/env; \
+	TRIBUTARY_TEST_BROUGHT_LOG=$(BYO_HOME)/sessions.log $(BIN)/python -m pytest \
+	  -n $(TEST_WORKERS) --dist load tests/integration $(PYTEST_ARGS) || rc=$$?; \
+	cat $(BYO_HOME)/sessions.log 2>/dev/null; \
+	$(BIN)/python -m tests.brought_stack check $(BYO_HOME) || { [ $$rc -ne 0 ] || rc=1; }; \
+	$(BIN)/python -m tests.brought_stack down $(BYO_HOME); exit $$rc
 
 clean:
 	-$(BIN)/tributary down --purge

@@ -242,6 +242,28 @@ class SettingsMethods:
         """The librdkafka properties (security and TRIBUTARY_KAFKA_EXTRA) every client gets."""
         return {**self._typed_kafka_properties(), **self.kafka_extra}
 
+    def kafka_security_env(self) -> dict[str, str]:
+        """Kafka's security settings (and TRIBUTARY_KAFKA_EXTRA) as the ``TRIBUTARY_*``
+        variables that give a child process the same ones (the local stack's registry)."""
+        fields = {
+            "TRIBUTARY_KAFKA_SECURITY_PROTOCOL": self.kafka_security_protocol,
+            "TRIBUTARY_KAFKA_SASL_MECHANISM": self.kafka_sasl_mechanism,
+            "TRIBUTARY_KAFKA_SASL_USERNAME": self.kafka_sasl_username,
+            "TRIBUTARY_KAFKA_SASL_PASSWORD": self.kafka_sasl_password,
+            "TRIBUTARY_KAFKA_SSL_CA_LOCATION": self.kafka_ssl_ca_location,
+            "TRIBUTARY_KAFKA_SSL_CERTIFICATE_LOCATION": self.kafka_ssl_certificate_location,
+            "TRIBUTARY_KAFKA_SSL_KEY_LOCATION": self.kafka_ssl_key_location,
+            "TRIBUTARY_KAFKA_SSL_KEY_PASSWORD": self.kafka_ssl_key_password,
+        }
+        env = {
+            name: value if isinstance(value, str) else value.get_secret_value()
+            for name, value in fields.items()
+            if value is not None
+        }
+        if self.kafka_extra:
+            env["TRIBUTARY_KAFKA_EXTRA"] = ",".join(f"{k}={v}" for k, v in self.kafka_extra.items())
+        return env
+
     def kafka(self, client_id: str = "tributary") -> KafkaConfig:
         return KafkaConfig(
             bootstrap_servers=self.bootstrap_servers,

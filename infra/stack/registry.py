@@ -13,11 +13,24 @@ class SchemaRegistryService(Service):
     name = NAME
     stop_timeout = 15.0
 
-    def __init__(self, home: Path, port: int, bootstrap_servers: str, topic: str) -> None:
+    def __init__(
+        self,
+        home: Path,
+        port: int,
+        bootstrap_servers: str,
+        topic: str,
+        kafka_env: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(home)
         self.port = port
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
+        # Kafka's security settings as variables (an existing cluster with SASL/TLS): the
+        # process reads them as every part does.
+        self.kafka_env = dict(kafka_env or {})
+
+    def env(self) -> dict[str, str]:
+        return self.kafka_env
 
     def ports(self) -> dict[int, str]:
         return {self.port: "TRIBUTARY_SCHEMA_REGISTRY_PORT"}

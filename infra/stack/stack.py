@@ -69,6 +69,7 @@ class LocalStack:
                 settings.schema_registry_port,
                 settings.bootstrap_servers,
                 settings.schema_registry_topic,
+                settings.kafka_security_env(),
             )
             if settings.schema_registry_url is None
             else None
@@ -128,7 +129,8 @@ class LocalStack:
         wanted = self.services if names is None else [self.service(n) for n in names]
         if any(w in wanted for w in self.spark_workers) and self.spark_master not in wanted:
             wanted.insert(0, self.spark_master)
-        if self.registry in wanted and self.broker not in wanted:
+        external_kafka = self.settings.kafka_bootstrap_servers is not None
+        if self.registry in wanted and self.broker not in wanted and not external_kafka:
             wanted.insert(wanted.index(self.registry), self.broker)
         if self.broker in wanted and not self.broker.in_memory and self.objectstore not in wanted:
             wanted.insert(wanted.index(self.broker), self.objectstore)

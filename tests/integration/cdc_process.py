@@ -22,6 +22,7 @@ class CdcProcess:
             **os.environ,
             "TRIBUTARY_HOME": str(home),
             "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+            **stack.settings.kafka_security_env(),  # SASL/TLS of a brought Kafka
             "TRIBUTARY_SCHEMA_REGISTRY_URL": stack.settings.registry_url,
             "TRIBUTARY_POSTGRES_URL": stack.database_url,
             "TRIBUTARY_CDC_CONNECTOR_NAME": name,

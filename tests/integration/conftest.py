@@ -1,8 +1,12 @@
 """The integration session: one real stack for all tests, or the services named in the env.
 
-Set ``TRIBUTARY_TEST_KAFKA_BOOTSTRAP_SERVERS``, ``TRIBUTARY_TEST_POSTGRES_URL`` and
-``TRIBUTARY_TEST_REDIS_URL`` to run the same tests against existing services; otherwise the
-session starts a local stack in a temporary folder on free ports and tears it down.
+Set ``TRIBUTARY_TEST_KAFKA_BOOTSTRAP_SERVERS`` and ``TRIBUTARY_TEST_POSTGRES_URL`` (and Kafka's
+security settings as ``TRIBUTARY_TEST_KAFKA_*``; optionally ``TRIBUTARY_TEST_REDIS_URL`` and
+``TRIBUTARY_TEST_SCHEMA_REGISTRY_URL``) to run the same tests against an existing Kafka and
+PostgreSQL: the session then works in a database and on topics of its own there and removes
+them at the end (``tests/integration/brought.py``; ``make test-byo``). Otherwise the session
+starts a local stack in a temporary folder on free ports and tears it down. Tests that must
+own a service to stop or kill it (a broker restart) start their own in either case.
 
 The session's broker keeps its log in memory (``broker_storage="memory"``): the same Tansu,
 without the object store under it, which on S3 costs about 13 ms of CPU per produce request
@@ -21,7 +25,6 @@ import os
 import shutil
 import signal
 import threading
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +33,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from cdc.slots import drop_publication, drop_slot
-from connectors.kafka import KafkaConfig
+from connectors.kafka import KafkaConfig, TopicAdmin
 from connectors.postgres import PostgresConfig
-from infra.settings import Settings, load_settings
+from infra.settings import Settings
 from infra.stack import LocalStack
 from infra.stack.isolated import isolated_settings
+from tests.integration.brought import BroughtSession, brought, report, unique_name
 
 if TYPE_CHECKING:
     from infra.containers.stack import ContainerStack
@@ -49,6 +53,32 @@ class Endpoints:
     settings: Settings
     local: LocalStack | None
     containers: "ContainerStack | None" = None  # TRIBUTARY_TEST_STACK=containers
+    # Services named in the environment: the session's tag (in its names) and the services
+    # it runs itself beside them (Redis, the schema registry, unless named too).
+    tag: str | None = None
+    own: LocalStack | None = None
+
+    @property
+    def brought(self) -> bool:
+        """The session runs on a Kafka and PostgreSQL named in the environment."""
+        return self.tag is not None
+
+    @property
+    def spark_kafka_options(self) -> dict[str, str]:
+        """The Kafka source's options that reach the session's Kafka (``kafka.*``: its
+        bootstrap servers and security properties)."""
+        extra = {f"kafka.{k}": v for k, v in self.kafka.extra.items()}
+        return {"kafka.bootstrap.servers": self.bootstrap_servers, **extra}
+
+    @property
+    def kafka_settings(self) -> dict[str, str]:
+        """Kafka's settings (bootstrap servers, security), as fields, for a test's own
+        settings (``load_settings(**stack.kafka_settings, ...)``)."""
+        security = {
+            name.removeprefix("TRIBUTARY_").lower(): value
+            for name, value in self.settings.kafka_security_env().items()
+        }
+        return {"kafka_bootstrap_servers": self.bootstrap_servers, **security}
 
     @property
     def kafka(self) -> KafkaConfig:
@@ -94,13 +124,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Endpoints]:
-    external = {
-        "kafka_bootstrap_servers": os.environ.get("TRIBUTARY_TEST_KAFKA_BOOTSTRAP_SERVERS"),
-        "postgres_url": os.environ.get("TRIBUTARY_TEST_POSTGRES_URL"),
-        "redis_url": os.environ.get("TRIBUTARY_TEST_REDIS_URL"),
-    }
-    if all(external.values()):
-        yield Endpoints(load_settings(**external), None)
+    try:
+        values = brought(os.environ)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if values is not None:
+        yield from _brought_stack(values)
         return
     if os.environ.get("TRIBUTARY_TEST_STACK", "processes") == "containers":
         yield from _container_stack()
@@ -112,6 +141,45 @@ def stack() -> Iterator[Endpoints]:
         yield Endpoints(settings, local)
     finally:
         local.down(purge=True)
+        shutil.rmtree(settings.home.parent, ignore_errors=True)
+
+
+def _brought_stack(values: dict[str, str]) -> Iterator[Endpoints]:
+    """The session on a Kafka and PostgreSQL named in the environment (see brought.py)."""
+    session = BroughtSession(values)
+    settings = isolated_settings(
+        f"tributary-byo-{session.tag}-", broker_storage="memory", **session.settings_overrides()
+    )
+    admin = TopicAdmin(settings.kafka("tributary-test-session"))
+    session.begin(set(admin.topic_names()))
+    own = LocalStack(settings)
+    wanted = [
+        n
+        for n, url in (("redis", "redis_url"), ("schema-registry", "schema_registry_url"))
+        if url not in values
+    ]
+    try:
+        own.up(wanted)
+        report(
+            f"session {session.tag}: database {session.database} on the brought PostgreSQL,"
+            f" Kafka {settings.bootstrap_servers}"
+            f" ({settings.kafka_security_protocol or 'PLAINTEXT'}); started here: {wanted}"
+        )
+        yield Endpoints(settings, None, tag=session.tag, own=own)
+    finally:
+        own.down(purge=True)
+        slots = session.drop_database()
+        others = session.other_sessions()
+        doomed = session.topics_to_delete(set(admin.topic_names()), others)
+        for start in range(0, len(doomed), 100):
+            admin.delete(*doomed[start : start + 100])
+        left = sorted(set(admin.topic_names()) - session.topics_before - set(doomed))
+        report(
+            f"session {session.tag} cleaned up: database {session.database} and its"
+            f" {len(slots)} slot(s) dropped, {len(doomed)} topic(s) deleted"
+            + (f"; other sessions running: {others}" if others else "")
+            + (f"; new topics left: {left}" if left else "")
+        )
         shutil.rmtree(settings.home.parent, ignore_errors=True)
 
 
@@ -145,10 +213,11 @@ def _container_stack() -> Iterator[Endpoints]:
 @pytest.fixture(scope="module")
 def s3_stack(stack: Endpoints) -> Iterator[Endpoints]:
     """The session's services, but a broker of the module's own on S3 storage (SeaweedFS, as
-    the local stack runs by default), stopped after the module. With services named in the
-    environment, those."""
-    if stack.local is None:
-        yield stack
+    the local stack runs by default), stopped after the module: its tests restart it, or
+    check what Tansu's S3 engine does. With services named in the environment, the same
+    broker of its own beside the brought PostgreSQL."""
+    if stack.local is None and not stack.brought:
+        yield stack  # containers
         return
     session = stack.settings
     settings = isolated_settings(
@@ -157,6 +226,9 @@ def s3_stack(stack: Endpoints) -> Iterator[Endpoints]:
         postgres_port=session.postgres_port,
         redis_port=session.redis_port,
         schema_registry_port=session.schema_registry_port,
+        postgres_url=session.postgres_url,
+        redis_url=session.redis_url,
+        schema_registry_url=session.schema_registry_url,
     )
     local = LocalStack(settings)
     local.up(["broker"])  # and its object store
@@ -168,9 +240,10 @@ def s3_stack(stack: Endpoints) -> Iterator[Endpoints]:
 
 
 @pytest.fixture
-def unique() -> str:
-    """A short unique suffix for topic, table and slot names."""
-    return uuid.uuid4().hex[:10]
+def unique(stack: Endpoints) -> str:
+    """A short unique suffix for topic, table and slot names (the session's tag first, on
+    services named in the environment)."""
+    return unique_name(stack.tag)
 
 
 @pytest.fixture

@@ -68,6 +68,7 @@ def test_the_fast_commands_import_no_spark_nor_arrow_against_a_stack(
         "TRIBUTARY_HOME": str(tmp_path / "state"),
         "TRIBUTARY_CONFIG_FILE": str(tmp_path / "absent.toml"),
         "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        **stack.settings.kafka_security_env(),  # SASL/TLS of a brought Kafka
         "TRIBUTARY_POSTGRES_URL": stack.database_url,
         "TRIBUTARY_REDIS_URL": stack.redis_url,
         # no processor reads it: the command is only sent

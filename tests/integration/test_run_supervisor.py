@@ -33,6 +33,7 @@ def test_run_supervises_restarts_and_stops(stack: Endpoints, unique: str, tmp_pa
         **os.environ,
         "TRIBUTARY_HOME": str(tmp_path),
         "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        **stack.settings.kafka_security_env(),  # SASL/TLS of a brought Kafka
         "TRIBUTARY_SCHEMA_REGISTRY_URL": stack.settings.registry_url,
         "TRIBUTARY_POSTGRES_URL": stack.database_url,
         "TRIBUTARY_REDIS_URL": stack.redis_url,
@@ -111,6 +112,7 @@ def test_kill_9_of_run_takes_its_children_and_no_part_runs_twice(
         **os.environ,
         "TRIBUTARY_HOME": str(tmp_path),
         "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        **stack.settings.kafka_security_env(),  # SASL/TLS of a brought Kafka
         "TRIBUTARY_SCHEMA_REGISTRY_URL": stack.settings.registry_url,
         "TRIBUTARY_POSTGRES_URL": stack.database_url,
         "TRIBUTARY_REDIS_URL": stack.redis_url,

@@ -49,7 +49,7 @@ def test_end_offsets_are_true_even_when_list_offsets_under_reports(
     admin = TopicAdmin(stack.kafka)
     name = f"ends-{unique}"
     admin.ensure(history_topic(name, partitions=3))
-    producer = Producer({"bootstrap.servers": stack.bootstrap_servers, "linger.ms": 50})
+    producer = Producer(stack.kafka.client_properties(**{"linger.ms": 50}))
     counts = {0: 1234, 1: 1, 2: 0}
     for partition, n in counts.items():
         for i in range(n):
@@ -64,13 +64,14 @@ def test_topics_cli_json(stack: Endpoints, unique: str) -> None:
     admin = TopicAdmin(stack.kafka)
     name = f"cli-{unique}"
     admin.ensure(state_topic(name, partitions=2))
-    producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
+    producer = Producer(stack.kafka.client_properties())
     for i in range(10):
         producer.produce(name, key=str(i).encode(), value=b"v", partition=i % 2)
     producer.flush(10)
     env = {
         "PATH": "/usr/bin:/bin",
         "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        **stack.settings.kafka_security_env(),  # SASL/TLS of a brought Kafka
     }
     out = subprocess.run(
         [sys.executable, "-m", "infra.cli", "topics", "--json"],

@@ -44,7 +44,7 @@ def test_verify_names_what_is_missing_and_repair_restores_it(
     s = load_settings(
         home=tmp_path,
         postgres_url=stack.database_url,
-        kafka_bootstrap_servers=stack.bootstrap_servers,
+        **stack.kafka_settings,
         redis_url=stack.redis_url,
         cdc_tables=(table, f"{schema}.events"),
         cdc_outbox_table=f"{schema}.events",

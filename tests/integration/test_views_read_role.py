@@ -149,7 +149,7 @@ def test_the_query_reads_through_the_read_role(
 
 
 def test_grants_are_idempotent_and_refuse_roles_that_can_do_more(
-    stack: Endpoints, read_role: ReadRole
+    stack: Endpoints, read_role: ReadRole, unique: str
 ) -> None:
     with psycopg.connect(stack.postgres_dsn, autocommit=True) as admin:
         grant_read_role(admin, read_role.schema, read_role.role, password="new-password")
@@ -159,12 +159,13 @@ def test_grants_are_idempotent_and_refuse_roles_that_can_do_more(
         assert stored is not None and str(stored[0]).startswith("SCRAM-SHA-256$")  # hashed
         with pytest.raises(ReadRoleError, match="writes the views"):
             grant_read_role(admin, read_role.schema, str(admin.info.user))
-        admin.execute("CREATE ROLE tributary_test_super SUPERUSER")
+        super_role = f"tributary_test_super_{unique}"  # roles are the whole server's
+        admin.execute(sql.SQL("CREATE ROLE {} SUPERUSER").format(sql.Identifier(super_role)))
         try:
             with pytest.raises(ReadRoleError, match="SUPERUSER"):
-                grant_read_role(admin, read_role.schema, "tributary_test_super")
+                grant_read_role(admin, read_role.schema, super_role)
         finally:
-            admin.execute("DROP ROLE tributary_test_super")
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(super_role)))
 
 
 def test_cli_grants_the_role_with_a_password_from_stdin(

@@ -17,3 +17,31 @@ def test_a_missing_binary_names_the_fix_and_starts_nothing(tmp_path: Path) -> No
     assert "make setup" in str(err.value)
     assert not (tmp_path / "state").exists()
     assert all(s.pid is None for s in stack.status())
+
+
+def test_the_registry_on_an_existing_kafka_starts_no_broker_and_gets_its_security(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = load_settings(
+        home=tmp_path / "state",
+        kafka_bootstrap_servers="kafka.example:9093",
+        kafka_security_protocol="SASL_SSL",
+        kafka_sasl_mechanism="SCRAM-SHA-512",
+        kafka_sasl_username="svc",
+        kafka_sasl_password="s3cret",
+    )
+    started: list[str] = []
+    monkeypatch.setattr(LocalStack, "_preflight", lambda self, todo: None)
+    monkeypatch.setattr("infra.stack.service.Service.start", lambda self: started.append(self.name))
+    monkeypatch.setattr("infra.stack.service.Service.wait_ready", lambda self, proc, t: None)
+    monkeypatch.setattr("infra.stack.service.Service.ready", lambda self: False)
+    stack = LocalStack(settings)
+    stack.up(["schema-registry"])
+    assert started == ["schema-registry"]
+    assert stack.registry is not None
+    assert stack.registry.env()["TRIBUTARY_KAFKA_SASL_PASSWORD"] == "s3cret"
+    assert "kafka.example:9093" in stack.registry.argv()
+    local = LocalStack(load_settings(home=tmp_path / "other"))
+    started.clear()
+    local.up(["schema-registry"])
+    assert started == ["objectstore", "broker", "schema-registry"]  # a local registry, its broker

@@ -23,7 +23,9 @@ from views.catalog import JobOptions
 
 def main(raw: str) -> None:
     cfg = json.loads(raw)
-    kafka = KafkaConfig(cfg["bootstrap_servers"], client_id="analytics-driver")
+    kafka = KafkaConfig(
+        cfg["bootstrap_servers"], client_id="analytics-driver", extra=cfg.get("kafka_extra", {})
+    )
     views = views_by_job(lab_config(kafka, cfg["dsn"], cfg["unique"], cfg["registry_url"]))
     markers = Path(cfg["marker_dir"])
     spark = spark_session(

@@ -5,7 +5,6 @@ import json
 import os
 from pathlib import Path
 
-from connectors.kafka import KafkaConfig
 from connectors.kafka.reading import read_topic
 from examples.social.activity import MINUTE_MS, ActivityPlan, generate
 from tests.integration.cli_process import run_tributary
@@ -25,6 +24,7 @@ def test_activity_commands_write_what_they_print_and_alerts_need_the_jobs(
         **os.environ,
         "TRIBUTARY_HOME": str(tmp_path / "home"),
         "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        **stack.settings.kafka_security_env(),  # SASL/TLS of a brought Kafka
         "TRIBUTARY_SCHEMA_REGISTRY_URL": stack.settings.registry_url,
         "TRIBUTARY_POSTGRES_URL": stack.database_url,
         "TRIBUTARY_ACTIVITY_TOPIC": topic,
@@ -57,7 +57,7 @@ def test_activity_commands_write_what_they_print_and_alerts_need_the_jobs(
     click = json.loads(out)
     assert click["search_id"] == search["event_id"] and click["post_id"] == 12
 
-    records = read_topic(KafkaConfig(stack.bootstrap_servers, client_id="test-activity"), topic)
+    records = read_topic(stack.settings.kafka("test-activity"), topic)
     written = {json.loads(r.value or b"")["event_id"]: r for r in records}
     assert set(written) == {e.event_id for e in want} | {search["event_id"], click["event_id"]}
     for event in want:

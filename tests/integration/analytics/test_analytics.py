@@ -231,6 +231,7 @@ def crash_inside_batch_1(
     markers.mkdir()
     cfg = {
         "bootstrap_servers": stack.bootstrap_servers,
+        "kafka_extra": stack.kafka.extra,  # a brought Kafka's security
         "dsn": stack.postgres_dsn,
         "unique": unique,
         "registry_url": stack.settings.registry_url,

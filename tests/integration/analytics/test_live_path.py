@@ -51,7 +51,7 @@ def topic(s3_stack: Endpoints, unique: str) -> Iterator[str]:
 def options_for(stack: Endpoints, topic: str, poll_timeout_ms: int) -> KafkaSourceOptions:
     return KafkaSourceOptions.parse(
         {
-            "kafka.bootstrap.servers": stack.bootstrap_servers,
+            **stack.spark_kafka_options,
             "subscribe": topic,
             "kafkaConsumer.pollTimeoutMs": str(poll_timeout_ms),
         }

@@ -64,7 +64,7 @@ def _results(
     """Every result on the (test's own) results topic, by command id, once each wanted id
     has (at least) its wanted number of results."""
     consumer = Consumer(
-        {"bootstrap.servers": stack.bootstrap_servers, "group.id": "t", "enable.auto.commit": False}
+        stack.kafka.client_properties(**{"group.id": "t", "enable.auto.commit": False})
     )
     consumer.assign([TopicPartition(topics.results, p, 0) for p in range(topics.partitions)])
     found: dict[str, list[CommandResult]] = {}

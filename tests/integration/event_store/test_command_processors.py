@@ -113,7 +113,7 @@ def fleet(
     url = make_url(stack.database_url).set(database=database).render_as_string(False)
     values: dict[str, Any] = {
         "postgres_url": url,
-        "kafka_bootstrap_servers": stack.bootstrap_servers,
+        **stack.kafka_settings,
         "schema_registry_url": stack.settings.registry_url,
         "home": tmp_path / "home",
         "commands_topic": f"commands-{unique}",
@@ -377,7 +377,7 @@ def test_a_paused_processor_loses_its_partitions_and_its_append_is_refused_when_
         epoch = fleet.owners()[partition][1]
         nap_id = f"nap-{uuid.uuid4()}"
         data = {"post_id": 500, "author_id": 1, "nap_s": 8.0, "marks": str(marks)}
-        producer = Producer({"bootstrap.servers": fleet.settings.kafka_bootstrap_servers or ""})
+        producer = Producer(fleet.settings.kafka("test-sender").client_properties())
         producer.produce(
             topics.commands,
             key=b"post-500",

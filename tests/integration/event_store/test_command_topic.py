@@ -97,7 +97,7 @@ def test_malformed_messages_get_a_rejected_result_and_never_stop_the_processor(
 ) -> None:
     bus = env.bus()
     processor = CommandProcessor(bus, stack.kafka, topics, consumer_name=f"proc-{unique}")
-    producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
+    producer = Producer(stack.kafka.client_properties())
     waiter = ResultWaiter(stack.kafka, topics.results)
     bad_with_id = json.dumps({"command_id": "bad-1", "type": "CreatePost", "data": [1]}).encode()
     producer.produce(topics.commands, key=b"x", value=value)
@@ -118,7 +118,7 @@ def _results_without_key(stack: Endpoints, topics: CommandTopics) -> list[dict[s
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
-        {"bootstrap.servers": stack.bootstrap_servers, "group.id": "x", "enable.auto.commit": False}
+        stack.kafka.client_properties(**{"group.id": "x", "enable.auto.commit": False})
     )
     consumer.assign([TopicPartition(topics.results, p, 0) for p in range(topics.partitions)])
     out = []
@@ -208,6 +208,7 @@ def test_cli_command_wait_prints_the_result_as_json(
     thread = _start(processor)
     cli_env = {
         "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        **stack.settings.kafka_security_env(),  # SASL/TLS of a brought Kafka
         "TRIBUTARY_SCHEMA_REGISTRY_URL": stack.settings.registry_url,
         "TRIBUTARY_COMMANDS_TOPIC": topics.commands,
         "TRIBUTARY_COMMAND_RESULTS_TOPIC": topics.results,

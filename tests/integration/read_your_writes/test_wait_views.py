@@ -62,6 +62,7 @@ def _cli(
         **os.environ,
         "TRIBUTARY_HOME": str(tmp),
         "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        **stack.settings.kafka_security_env(),  # SASL/TLS of a brought Kafka
         "TRIBUTARY_SCHEMA_REGISTRY_URL": stack.settings.registry_url,
         "TRIBUTARY_POSTGRES_URL": stack.database_url,
         "TRIBUTARY_COMMANDS_TOPIC": topics.commands,
@@ -153,7 +154,7 @@ def test_the_client_sends_through_the_bus_and_waits_for_the_views(
     monkeypatch.setenv(USERS_SCHEMA_ENV, env.users.schema or "public")
     settings = load_settings(
         home=tmp_path,
-        kafka_bootstrap_servers=stack.bootstrap_servers,
+        **stack.kafka_settings,
         postgres_url=stack.database_url,
         event_store_schema=env.schema,
         views_schema=views_schema,

@@ -157,6 +157,7 @@ def test_a_required_field_without_default_is_refused_and_the_processor_does_not_
         **os.environ,
         "TRIBUTARY_HOME": str(tmp_path / "home"),
         "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        **stack.settings.kafka_security_env(),  # SASL/TLS of a brought Kafka
         "TRIBUTARY_POSTGRES_URL": stack.database_url,
         "TRIBUTARY_SCHEMA_REGISTRY_URL": url,
         "TRIBUTARY_COMMAND_HANDLERS": "tests.integration.schema_registry.evolving:registry",

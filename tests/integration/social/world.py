@@ -54,7 +54,7 @@ def world(stack: Endpoints, unique: str, tmp_path: Path) -> Iterator[World]:
     redis_url = stack.redis_url.rsplit("/", 1)[0] + f"/{REDIS_DB}"
     settings_values = {
         "postgres_url": url,
-        "kafka_bootstrap_servers": stack.bootstrap_servers,
+        **stack.kafka_settings,
         "redis_url": redis_url,
         "cdc_topic_prefix": f"cdc_{unique}",
         "event_topic_prefix": f"ev_{unique}.",

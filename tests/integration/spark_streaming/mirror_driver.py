@@ -23,7 +23,9 @@ from views.catalog import ViewsConfig, configured_views
 def main(raw: str) -> None:
     cfg = json.loads(raw)
     config = ViewsConfig(
-        kafka=KafkaConfig(cfg["bootstrap_servers"], client_id="mirror-driver"),
+        kafka=KafkaConfig(
+            cfg["bootstrap_servers"], client_id="mirror-driver", extra=cfg.get("kafka_extra", {})
+        ),
         postgres_dsn=cfg["dsn"],
         views_schema=cfg["views_schema"],
         checkpoint_root=Path(cfg["checkpoint_root"]),

@@ -19,6 +19,7 @@ def cli_env(stack: Endpoints, feed: ChangeFeed, views_schema: str, tmp: Path) ->
         **os.environ,
         "TRIBUTARY_HOME": str(tmp / "home"),
         "TRIBUTARY_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        **stack.settings.kafka_security_env(),  # SASL/TLS of a brought Kafka
         "TRIBUTARY_SCHEMA_REGISTRY_URL": stack.settings.registry_url,
         "TRIBUTARY_POSTGRES_URL": stack.database_url,
         "TRIBUTARY_MIRROR_TABLES": feed.qualified,

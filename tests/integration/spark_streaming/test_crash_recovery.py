@@ -24,6 +24,7 @@ MAX_OFFSETS = 400  # several batches per run
 def driver(config: ViewsConfig, feed: ChangeFeed, **pause: object) -> subprocess.Popen[bytes]:
     cfg = {
         "bootstrap_servers": config.kafka.bootstrap_servers,
+        "kafka_extra": config.kafka.extra,  # a brought Kafka's security
         "dsn": config.postgres_dsn,
         "views_schema": config.views_schema,
         "checkpoint_root": str(config.checkpoint_root),

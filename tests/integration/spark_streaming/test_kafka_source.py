@@ -108,9 +108,7 @@ def test_ranges_equal_a_plain_consumer_including_under_reported_ends(
     }
     consumer.close()
     assert sum(high for _, high in ends.values()) == 3000
-    options = KafkaSourceOptions.parse(
-        {"kafka.bootstrap.servers": stack.bootstrap_servers, "subscribe": topic}
-    )
+    options = KafkaSourceOptions.parse({**stack.spark_kafka_options, "subscribe": topic})
     rng = random.Random(3)
     for p in range(3):
         end = ends[(topic, p)][1]
@@ -165,7 +163,7 @@ def test_stream_reads_every_record_exactly_once_with_limits_and_available_now(
 ) -> None:
     produce(stack.kafka, topic, 2500, 3)
     options = {
-        "kafka.bootstrap.servers": stack.bootstrap_servers,
+        **stack.spark_kafka_options,
         "subscribe": topic,
         "startingOffsets": "earliest",
         "maxOffsetsPerTrigger": "700",
@@ -190,7 +188,7 @@ def test_starting_offsets_json_and_latest(
 ) -> None:
     produce(stack.kafka, topic, 300, 3)
     options = {
-        "kafka.bootstrap.servers": stack.bootstrap_servers,
+        **stack.spark_kafka_options,
         "subscribe": topic,
         "startingOffsets": f'{{"{topic}": {{"0": 90, "1": -2, "2": -1}}}}',
     }
@@ -210,7 +208,7 @@ def test_data_loss_fails_clearly_unless_fail_on_data_loss_is_false(
     admin.ensure(TopicSpec(name, partitions=1))
     produce(stack.kafka, name, 50, 1)
     options = {
-        "kafka.bootstrap.servers": stack.bootstrap_servers,
+        **stack.spark_kafka_options,
         "subscribe": name,
         "startingOffsets": "earliest",
     }
@@ -242,7 +240,7 @@ def test_topics_that_appear_later_are_picked_up(
     admin.ensure(TopicSpec(first, partitions=1))
     produce(stack.kafka, first, 20, 1)
     options = {
-        "kafka.bootstrap.servers": stack.bootstrap_servers,
+        **stack.spark_kafka_options,
         "subscribePattern": f"disc_{unique}_.*",
         "startingOffsets": "earliest",
     }
@@ -264,7 +262,7 @@ def test_partitions_added_to_a_topic_are_picked_up(
     produce(stack.kafka, topic, 30, 3)
     admin = AdminClient(stack.kafka.client_properties())
     options = {
-        "kafka.bootstrap.servers": stack.bootstrap_servers,
+        **stack.spark_kafka_options,
         "subscribe": topic,
         "startingOffsets": "earliest",
     }

@@ -4,7 +4,7 @@ process (the kill -9 tests) can build the same store."""
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ class StoreSpec:
     redis_url: str
     bootstrap_servers: str
     root: str
+    kafka_extra: dict[str, str] = field(default_factory=dict)  # a brought Kafka's security
     schema: str = "contract"
     materialized: bool = True
 
@@ -76,7 +77,7 @@ def build(spec: StoreSpec, materializer: Materializer | None = None) -> ViewStor
         from connectors.kafka import KafkaConfig
         from connectors.stores.kafka import KafkaStore
 
-        kafka = KafkaConfig(spec.bootstrap_servers, client_id="contract")
+        kafka = KafkaConfig(spec.bootstrap_servers, client_id="contract", extra=spec.kafka_extra)
         return KafkaStore(kafka, spec.view, COLLECTIONS, materializer)
     raise ValueError(f"unknown store kind {spec.kind}")
 

@@ -75,6 +75,7 @@ def spec(request: pytest.FixtureRequest, stack: Endpoints, tmp_path: Path) -> St
         postgres_dsn=stack.postgres_dsn,
         redis_url=stack.redis_url,
         bootstrap_servers=stack.bootstrap_servers,
+        kafka_extra=dict(stack.kafka.extra),
         root=str(tmp_path / "stores"),
     )
 
