@@ -20,6 +20,7 @@ class NapPost(Command):
     author_id: int
     nap_s: float
     marks: str  # a folder: the handler leaves ``<post_id>-<pid>`` there as its nap starts
+    nap_once: bool = False  # only the first handler to run the command naps
 
 
 def napping_registry() -> CommandRegistry:
@@ -27,8 +28,11 @@ def napping_registry() -> CommandRegistry:
 
     @registry.handler(NapPost, Post, stream=lambda c: post_stream(c.post_id))
     def nap_post(post: Post, c: NapPost, ctx: Ctx) -> None:
-        (Path(c.marks) / f"{c.post_id}-{os.getpid()}").touch()
-        time.sleep(c.nap_s)
+        marks = Path(c.marks)
+        first = not any(marks.glob(f"{c.post_id}-*"))
+        (marks / f"{c.post_id}-{os.getpid()}").touch()
+        if first or not c.nap_once:
+            time.sleep(c.nap_s)
         post.create(c.post_id, c.author_id, f"handled by pid {os.getpid()}", ctx.now)
 
     return registry

@@ -377,6 +377,8 @@ def test_a_paused_processor_loses_its_partitions_and_its_append_is_refused_when_
         epoch = fleet.owners()[partition][1]
         nap_id = f"nap-{uuid.uuid4()}"
         data = {"post_id": 500, "author_id": 1, "nap_s": 8.0, "marks": str(marks)}
+        # hung: the new owner must not hang too (it would lose the partition in turn)
+        data["nap_once"] = pause == "hung"
         producer = Producer(fleet.settings.kafka("test-sender").client_properties())
         producer.produce(
             topics.commands,
