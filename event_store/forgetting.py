@@ -16,11 +16,17 @@ subject's id), and either
 
 Both writes commit together, so a ``kill -9`` in the middle leaves the subject either not
 forgotten (run it again) or forgotten with its audit event. A subject already forgotten is
-a no-op (``already``); one no table and no key knows is ``unknown`` and nothing changes.
+a no-op (``already``, with its audit event's position token, so a run after a crash that
+came past the commit can still wait for the views); a key destroyed without its audit event
+(by hand, or by an older version) gets the event appended now (``forgotten``). One no table
+and no key knows is ``unknown`` and nothing changes.
+
+``step`` (tests only) is called with each step's name as ``forget`` passes it
+(:data:`FORGET_STEPS`): the crash tests stop the process there and ``kill -9`` it.
 """
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -34,6 +40,12 @@ from event_store.schema import check_identifier, create_schema
 from event_store.store import EventStore
 
 SUBJECT_STREAM_TYPE = "subject"
+
+#: The points ``forget`` passes, in order: the subject checked (nothing written yet), the key
+#: set to NULL, the audit event appended (both not committed yet), the transaction committed
+#: (nothing told to the caller yet).
+FORGET_STEPS = ("checked", "key_destroyed", "audit_appended", "committed")
+StepHook = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -139,11 +151,14 @@ def forget(
     subject_id: str,
     app_columns: Sequence[AppColumn] = (),
     now: datetime | None = None,
+    step: StepHook | None = None,
 ) -> ForgetResult:
     """Forget ``(subject_type, subject_id)`` (see the module's doc)."""
     check_subject(subject_type, subject_id)
     s = check_identifier(schema)
     store = EventStore(engine, schema)
+    passed = step or (lambda _name: None)
+    stream = f"{subject_type}-{subject_id}"
     with engine.begin() as conn:
         create_schema(conn, s)  # idempotent: a store that never ran forgets too
         conn.execute(
@@ -157,10 +172,17 @@ def forget(
             ),
             {"t": subject_type, "i": subject_id},
         ).first()
-        if row is not None and row[0]:
-            return ForgetResult("already", subject_type, subject_id)
+        destroyed = row is not None and bool(row[0])
+        version = store.stream_version(stream, conn)
+        if destroyed and version > 0:
+            return ForgetResult(
+                "already",
+                subject_type,
+                subject_id,
+                position=f"{SUBJECT_STREAM_TYPE}/{stream}@{version}",
+            )
         remaining, sql = [], []
-        for col in app_columns:
+        for col in app_columns if not destroyed else ():
             table = ".".join(f'"{p}"' for p in col.table.split("."))
             if conn.execute(text("SELECT to_regclass(:t)"), {"t": table}).scalar() is None:
                 continue  # no such table (yet): it holds nothing of the subject
@@ -185,16 +207,17 @@ def forget(
             return ForgetResult("pending", subject_type, subject_id, remaining, sql)
         if row is None:
             return ForgetResult("unknown", subject_type, subject_id)
-        conn.execute(
-            text(
-                f"UPDATE {s}.subject_keys SET key = NULL, forgotten_at = now()"
-                " WHERE subject_type = :t AND subject_id = :i"
-            ),
-            {"t": subject_type, "i": subject_id},
-        )
+        passed("checked")
+        if not destroyed:
+            conn.execute(
+                text(
+                    f"UPDATE {s}.subject_keys SET key = NULL, forgotten_at = now()"
+                    " WHERE subject_type = :t AND subject_id = :i"
+                ),
+                {"t": subject_type, "i": subject_id},
+            )
+        passed("key_destroyed")
         event = SubjectForgotten(subject_type, subject_id, now or datetime.now(UTC))
-        stream = f"{subject_type}-{subject_id}"
-        version = store.stream_version(stream, conn)
         store.append(
             stream,
             [NewEvent(event.event_name, to_json(event), metadata={"by": "tributary forget"})],
@@ -202,6 +225,8 @@ def forget(
             stream_type=SUBJECT_STREAM_TYPE,
             connection=conn,
         )
+        passed("audit_appended")
+    passed("committed")
     return ForgetResult(
         "forgotten",
         subject_type,
@@ -211,11 +236,13 @@ def forget(
 
 
 __all__ = [
+    "FORGET_STEPS",
     "SUBJECT_ID",
     "SUBJECT_STREAM_TYPE",
     "SUBJECT_TYPE",
     "AppColumn",
     "ForgetResult",
+    "StepHook",
     "SubjectForgotten",
     "check_subject",
     "forget",

@@ -275,6 +275,12 @@ class Settings(SettingsMethods, BaseSettings):
         " `type=schema.table.column[;...]`, comma-separated: `tributary forget` refuses, printing"
         " the DELETEs, while any of them still holds a row of the subject.",
     )
+    forget_step_hook: str = Field(
+        "",
+        description="Tests only: module:function `tributary forget` calls with the name of"
+        " each step it passes (checked, key_destroyed, audit_appended, committed): the crash"
+        " test stops the process there and kills it. Empty: none.",
+    )
 
     # Views
     mirror_tables: str = Field(

@@ -93,6 +93,7 @@ FIELDS: dict[str, FieldSpec] = {
     "cli_plugins": ("str", False, "examples.social.activity_cli:activity_app", ()),
     "demo": ("str", False, "examples.social.demo:run_demo", ()),
     "forget_tables": ("str", False, "user=public.users.id", ()),
+    "forget_step_hook": ("str", False, "", ()),
     "mirror_tables": ("str", False, "public.users", ()),
     "views_schema": ("str", False, "views", ()),
     "view_checkpoint_dir": ("path", True, None, ()),

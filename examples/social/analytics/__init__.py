@@ -106,6 +106,8 @@ def analytics_config(config: "ViewsConfig") -> "AnalyticsConfig":
         posts_topic=f"{config.event_topic_prefix}post",
         follows_topic=f"{config.event_topic_prefix}follows",
         users_topic=f"{config.topic_prefix}.public.users",
+        subjects_topic=f"{config.event_topic_prefix}subject",
+        keys=(config.catalog_dsn, config.event_store_schema),
         lateness=Lateness.of_seconds(config.allowed_lateness_s, config.lateness_slack_s),
         query_dsn=config.query_dsn,
         topic_prefix=config.analytics_topic_prefix,

@@ -24,6 +24,7 @@ from psycopg import sql
 from connectors.stores.pg_tables import TypedColumn
 from examples.social.analytics.common import (
     AnalyticsConfig,
+    forgotten_held,
     late_counter,
     read_rows,
     stores,
@@ -33,11 +34,14 @@ from examples.social.analytics.common import (
 from examples.social.analytics.inputs import decoder, inputs
 from examples.social.analytics.stateful import (
     FOLDED_FIELDS,
+    FORGOTTEN,
     LATE_INPUT,
     Revisions,
     delete_values,
+    forgotten_users,
     iso,
     late_values,
+    passing,
     put_values,
     replace_timer,
 )
@@ -136,9 +140,9 @@ def _processor(job: str) -> Any:
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
             user = int(key[0])
             frame = pd.concat(list(rows), ignore_index=True)
-            passing = frame["error"].notna() | frame["beyond"].fillna(False).astype(bool)
-            late = late_values(frame[passing], job)
-            kept = frame[~passing]
+            through = passing(frame)
+            late = late_values(frame[through], job)
+            kept = frame[~through]
             out: list[dict[str, Any]] = []
             if len(kept):
                 posts = {(int(p[0]), int(p[1])) for p in self.posts.get()}
@@ -156,6 +160,11 @@ def _processor(job: str) -> Any:
                 out += self._bursts(user, ordered, cursor)
                 self._settle(user, ordered, cursor, int(timerValues.getCurrentWatermarkInMs()))
                 self.revisions.save()
+            if user in forgotten_users(frame):
+                # The user's state goes once the batch is folded (what it wrote of the user the
+                # materializer deletes: a replay writes and deletes the same).
+                for state in (self.posts, self.cursor, self.open, self.follows):
+                    state.clear()
             if out or late:
                 result = pd.DataFrame(out + late, columns=list(FOLDED_FIELDS))
                 for name in ("position", "partition", "offset"):
@@ -249,7 +258,7 @@ def alerts_fold(config: AnalyticsConfig, job: str) -> Any:
         from pyspark.sql import functions as F
 
         ev = inputs(records, config.lateness)
-        kinds = ("post", "follow", "unfollow")
+        kinds = ("post", "follow", "unfollow", FORGOTTEN)
         # Every record to the processor, the late and refused ones too: one branch, so the
         # topics are read once per batch.
         picked = ev.where(F.col("error").isNotNull() | F.col("kind").isin(*kinds)).select(
@@ -267,6 +276,10 @@ def alerts_fold(config: AnalyticsConfig, job: str) -> Any:
     return fold
 
 
+#: The outputs naming a user (purged when the user is forgotten).
+HOLDERS = {ALERTS: ("user_id", "other_id")}
+
+
 def alerts_view(config: AnalyticsConfig) -> View:
     job = "alerts"
     layout = typed(
@@ -282,7 +295,7 @@ def alerts_view(config: AnalyticsConfig) -> View:
         TypedColumn("posts", "bigint"),
         TypedColumn("first_post_id", "bigint"),
     )
-    store, also = stores(config, job, [layout], ALERTS)
+    store, also = stores(config, job, [layout], ALERTS, holders=HOLDERS)
 
     def alerts(kind: str = "", user_id: int = 0, limit: int = 50) -> list[dict[str, Any]]:
         return recent_alerts(config, kind, user_id, limit)
@@ -290,12 +303,13 @@ def alerts_view(config: AnalyticsConfig) -> View:
     return View(
         name=config.name(job),
         decode=decoder(config.kinds(), config.registry_url),
-        topics=(config.posts_topic, config.follows_topic),
+        topics=(config.posts_topic, config.follows_topic, config.subjects_topic),
         fold=alerts_fold(config, job),
         store=store,
         also=also,
         stateful=True,
         metrics=late_counter(config, store),
+        verify=lambda: forgotten_held(config, store, HOLDERS),
         description="alerts: 5+ posts within 60 s (burst), a follow undone within 10 min (churn)",
         queries=(
             Query(

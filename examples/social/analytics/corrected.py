@@ -10,6 +10,7 @@ from psycopg import sql
 from connectors.stores.pg_tables import TypedColumn
 from examples.social.analytics.common import (
     AnalyticsConfig,
+    forgotten_held,
     late_counter,
     read_rows,
     stores,
@@ -17,6 +18,7 @@ from examples.social.analytics.common import (
     typed,
 )
 from examples.social.analytics.inputs import decoder, inputs
+from examples.social.analytics.stateful import FORGOTTEN
 from projections.time import folded_columns, iso, key_json, late_columns, one_branch
 from projections.view import Query, QueryParam, View
 
@@ -70,16 +72,30 @@ def corrected_fold(config: AnalyticsConfig, job: str) -> Any:
             partition=F.col("partition"),
             offset=F.col("offset"),
         )
-        # One branch: each record gives its event row and, when late or refused, that row too.
-        return one_branch(ev, [(good, event), late_columns(config.name(job))])
+        forgotten = folded_columns(
+            collection=FORGOTTEN,
+            key=F.col("user_id").cast("string"),
+            position=F.lit(1),
+            fields=F.struct(F.lit("user").alias("subject_type"), F.col("user_id")),
+        )
+        # One branch: each record gives its event row and, when late or refused, that row too;
+        # a forgotten user's record its ``forgotten`` entry.
+        is_forgotten = F.col("error").isNull() & (F.col("kind") == F.lit(FORGOTTEN))
+        return one_branch(
+            ev, [(good, event), late_columns(config.name(job)), (is_forgotten, forgotten)]
+        )
 
     return fold
+
+
+#: The outputs naming a user (purged when the user is forgotten).
+HOLDERS = {"events": ("user_id",)}
 
 
 def corrected_view(config: AnalyticsConfig) -> View:
     job = "activity"
     layout = typed("events", "analytics_activity", ("event_id",), *COLUMNS)
-    store, also = stores(config, job, [layout], "events")
+    store, also = stores(config, job, [layout], "events", holders=HOLDERS)
 
     def session(session_id: str, limit: int = 100) -> list[dict[str, Any]]:
         rows = read_rows(
@@ -99,11 +115,12 @@ def corrected_view(config: AnalyticsConfig) -> View:
     return View(
         name=config.name(job),
         decode=decoder(config.kinds(), config.registry_url),
-        topics=(config.activity_topic,),
+        topics=(config.activity_topic, config.subjects_topic),
         fold=corrected_fold(config, job),
         store=store,
         also=also,
         metrics=late_counter(config, store),
+        verify=lambda: forgotten_held(config, store, HOLDERS),
         description="activity events with device clocks corrected (raw and corrected times)",
         queries=(
             Query(

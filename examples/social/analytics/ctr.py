@@ -32,6 +32,7 @@ from connectors.stores.pg_tables import TypedColumn
 from examples.social.analytics.common import (
     AnalyticsConfig,
     Layout,
+    forgotten_held,
     late_counter,
     read_rows,
     stores,
@@ -39,7 +40,7 @@ from examples.social.analytics.common import (
     typed,
 )
 from examples.social.analytics.inputs import decoder, inputs
-from examples.social.analytics.stateful import FOLDED_FIELDS, LATE_INPUT, late_values
+from examples.social.analytics.stateful import FOLDED_FIELDS, FORGOTTEN, LATE_INPUT, late_values
 from projections.folding import FOLDED_DDL
 from projections.time import HOUR_MS, iso_ms, window_key
 from projections.view import Query, QueryParam, View
@@ -685,7 +686,10 @@ def ctr_fold(config: AnalyticsConfig, job: str) -> Any:
         ev = inputs(records, config.lateness)
         # One chain (a second branch off the source would read the topic again): every
         # activity record to the partition's processor, its rows to the totals per query.
-        activity = ev.where(F.col("error").isNotNull() | F.col("kind").isin("search", "click"))
+        # A forgotten user's row passes through as its ``forgotten`` entry (never ``kept``).
+        activity = ev.where(
+            F.col("error").isNotNull() | F.col("kind").isin("search", "click", FORGOTTEN)
+        )
         steps = (
             activity.select(
                 F.col("partition").alias("p"),
@@ -716,6 +720,10 @@ def ctr_fold(config: AnalyticsConfig, job: str) -> Any:
         )
 
     return fold
+
+
+#: The outputs naming a user (purged when the user is forgotten).
+HOLDERS = {SEARCHES: ("user_id",), CLICKS: ("user_id",)}
 
 
 def ctr_view(config: AnalyticsConfig) -> View:
@@ -750,7 +758,7 @@ def ctr_view(config: AnalyticsConfig) -> View:
             TypedColumn("ctr", "double precision"),
         ),
     ]
-    store, also = stores(config, job, layouts, QUERIES)
+    store, also = stores(config, job, layouts, QUERIES, holders=HOLDERS)
 
     def ctr(query: str = "", limit: int = 50) -> Any:
         columns = sql.SQL("query, searches, clicked, no_click, open, ctr")
@@ -776,12 +784,13 @@ def ctr_view(config: AnalyticsConfig) -> View:
     return View(
         name=config.name(job),
         decode=decoder(config.kinds(), config.registry_url),
-        topics=(config.activity_topic,),
+        topics=(config.activity_topic, config.subjects_topic),
         fold=ctr_fold(config, job),
         store=store,
         also=also,
         stateful=True,
         metrics=late_counter(config, store),
+        verify=lambda: forgotten_held(config, store, HOLDERS),
         description="searches joined with their clicks within an hour: click-through rate per"
         " query, searches with no click once their hour expired",
         queries=(

@@ -9,7 +9,10 @@ Three kinds of topic, named per job (``kinds``: topic -> ``activity`` | ``events
   ``unfollow`` (``user_id`` follows ``other_id``); event time = the domain time
   (``created_at``, ``liked_at``, ...), sent = received = when the event store recorded it;
 - ``cdc.public.users`` (Debezium JSON): ``user`` (``profile`` = the row as JSON) and
-  ``user_deleted``; event time = the commit time (``source.ts_ms``), version = the LSN.
+  ``user_deleted``; event time = the commit time (``source.ts_ms``), version = the LSN;
+- ``events.subject`` (kind ``events``, the audit events of ``tributary forget``): ``forgotten``
+  (``user_id`` = a forgotten user's id) for each ``SubjectForgotten`` of a user; no times
+  (it moves no watermark and is never late), so each job's processor passes it through.
 
 A record that cannot be decoded becomes a row with ``error`` set (a dead letter of the job).
 Decoding runs on the executors (``mapInArrow``); the time columns of
@@ -237,6 +240,16 @@ def _event_row(event: dict[str, Any]) -> dict[str, Any] | None:
             "other_id": int(data["author_id"]),
             "post_id": int(data["post_id"]),
             "event_time": _ms(data["liked_at"]),
+        }
+    if kind == "SubjectForgotten":
+        subject = str(data["subject_id"])
+        if data["subject_type"] != "user" or not subject.isdecimal():
+            return None  # not one of the social network's users
+        return {
+            "event_id": base["event_id"],
+            "version": base["version"],
+            "kind": "forgotten",
+            "user_id": int(subject),
         }
     if kind in ("UserFollowed", "UserUnfollowed"):
         followed = kind == "UserFollowed"

@@ -21,6 +21,7 @@ from psycopg import sql
 from connectors.stores.pg_tables import TypedColumn
 from examples.social.analytics.common import (
     AnalyticsConfig,
+    forgotten_held,
     late_counter,
     read_rows,
     stores,
@@ -30,10 +31,13 @@ from examples.social.analytics.common import (
 from examples.social.analytics.inputs import decoder, inputs
 from examples.social.analytics.stateful import (
     FOLDED_FIELDS,
+    FORGOTTEN,
     LATE_INPUT,
     delete_values,
+    forgotten_users,
     iso,
     late_values,
+    passing,
     put_values,
     replace_timer,
 )
@@ -191,12 +195,14 @@ def _processor(gap_ms: int, job: str) -> Any:
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
             records = pd.concat(list(rows), ignore_index=True)
             out = late_values(records, job)
-            events = records[
-                records["error"].isna()
-                & ~records["beyond"].fillna(False).astype(bool)
-                & records["user_id"].notna()
-            ]
+            events = records[~passing(records) & records["user_id"].notna()]
+            # Forgotten users' open sessions leave the state once the batch is folded (what it
+            # wrote of them the materializer deletes: a replay writes and deletes the same).
+            forgotten = list(forgotten_users(records))
             if not len(events):
+                if forgotten:
+                    revision, stored = self._load()
+                    self._save(revision, stored[~stored["user_id"].isin(forgotten)])
                 if out:
                     yield pd.DataFrame(out, columns=list(FOLDED_FIELDS))
                 return
@@ -217,6 +223,8 @@ def _processor(gap_ms: int, job: str) -> Any:
             for row in absorbed.sort_values(["user_id", "start"]).itertuples(index=False):
                 revision += 1
                 out.append(delete_values(SESSIONS, session_key(row.user_id, row.start), revision))
+            if forgotten:
+                state = state[~state["user_id"].isin(forgotten)]
             self._save(revision, state)
             if out:
                 yield pd.DataFrame(out, columns=list(FOLDED_FIELDS))
@@ -242,7 +250,9 @@ def sessions_fold(config: AnalyticsConfig, job: str, gap_ms: int = GAP_MS) -> An
         ev = inputs(records, config.lateness)
         # Every activity record goes to the processor (the late and the refused too): one
         # branch, so the topic is read once per batch.
-        picked = ev.where(F.col("error").isNotNull() | F.col("kind").isin("search", "click"))
+        picked = ev.where(
+            F.col("error").isNotNull() | F.col("kind").isin("search", "click", FORGOTTEN)
+        )
         return (
             picked.select(
                 F.pmod(F.coalesce(F.col("user_id"), F.lit(0)), F.lit(BUCKETS)).alias("bucket"),
@@ -256,6 +266,10 @@ def sessions_fold(config: AnalyticsConfig, job: str, gap_ms: int = GAP_MS) -> An
         )
 
     return fold
+
+
+#: The outputs naming a user (purged when the user is forgotten).
+HOLDERS = {SESSIONS: ("user_id",)}
 
 
 def sessions_view(config: AnalyticsConfig) -> View:
@@ -272,7 +286,7 @@ def sessions_view(config: AnalyticsConfig) -> View:
         TypedColumn("searches", "bigint"),
         TypedColumn("clicks", "bigint"),
     )
-    store, also = stores(config, job, [layout], SESSIONS)
+    store, also = stores(config, job, [layout], SESSIONS, holders=HOLDERS)
 
     def sessions(user_id: int, limit: int = 20) -> list[dict[str, Any]]:
         rows = read_rows(
@@ -293,12 +307,13 @@ def sessions_view(config: AnalyticsConfig) -> View:
     return View(
         name=config.name(job),
         decode=decoder(config.kinds(), config.registry_url),
-        topics=(config.activity_topic,),
+        topics=(config.activity_topic, config.subjects_topic),
         fold=sessions_fold(config, job),
         store=store,
         also=also,
         stateful=True,
         metrics=late_counter(config, store),
+        verify=lambda: forgotten_held(config, store, HOLDERS),
         description="user sessions (30-minute gap) with their length and counts",
         queries=(
             Query(

@@ -1,13 +1,18 @@
 """What the jobs built on Spark's ``transformWithState`` share: folded output rows, the rows
-of records beyond the allowed lateness and of records the decoder refused (each processor takes
-every record of its input, so a job's plan reads its topics once: a second branch off the
-source would read and decode them again), and a per-key revision counter (the position of
-every entry a key's processor writes)."""
+of records beyond the allowed lateness, of records the decoder refused and of subjects
+forgotten (each processor takes every record of its input, so a job's plan reads its topics
+once: a second branch off the source would read and decode them again), and a per-key
+revision counter (the position of every entry a key's processor writes)."""
 
 import json
 from typing import Any
 
 from projections.time import LATE, iso_ms
+
+#: The collection of users forgotten (key: the user id; from ``SubjectForgotten`` on
+#: ``events.subject``), which each job's materializer purges its outputs of
+#: (:func:`examples.social.analytics.common.forgetting`); the input rows' ``kind`` for them.
+FORGOTTEN = "forgotten"
 
 FOLDED_FIELDS = (
     "collection",
@@ -57,17 +62,48 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
+def _whole(value: Any) -> Any:
+    """An integer cell (None when missing), even from a column pandas made float."""
+    plain = _plain(value)
+    return None if plain is None else int(plain)
+
+
+def passing(frame: Any) -> Any:
+    """The rows of a processor's input that pass through it (:func:`late_values`) instead of
+    feeding its state: beyond the allowed lateness, refused by the decoder, or forgotten."""
+    return (
+        frame["beyond"].fillna(False).astype(bool)
+        | frame["error"].notna()
+        | (frame["kind"] == FORGOTTEN).fillna(False).astype(bool)
+    )
+
+
+def forgotten_users(frame: Any) -> set[int]:
+    """The users a processor's input rows say are forgotten."""
+    picked = frame[(frame["kind"] == FORGOTTEN).fillna(False).astype(bool) & frame["error"].isna()]
+    return {int(u) for u in picked["user_id"].dropna()}
+
+
+def forgotten_put(user_id: int) -> dict[str, Any]:
+    """The folded Put of a forgotten user's entry (position 1: forgotten once)."""
+    return put_values(FORGOTTEN, str(user_id), 1, {"subject_type": "user", "user_id": user_id})
+
+
 def late_values(frame: Any, job: str) -> list[dict[str, Any]]:
     """The folded rows of a processor's input records that are beyond the allowed lateness (an
     entry of the job's ``late`` collection, keyed ``<kind>:<event id>``, so a re-sent record
-    counts once) or that the decoder refused (a rejection: the job's dead letter). One row per
-    such record: they are few."""
+    counts once) or that the decoder refused (a rejection: the job's dead letter), and an
+    entry of the ``forgotten`` collection per forgotten user (the frame has ``user_id`` then).
+    One row per such record: they are few."""
     out: list[dict[str, Any]] = []
+    forgotten = (frame["kind"] == FORGOTTEN).fillna(False).astype(bool) & frame["error"].isna()
+    for user_id in sorted(forgotten_users(frame)) if forgotten.any() else ():
+        out.append(forgotten_put(user_id))
     picked = frame[frame["beyond"].fillna(False).astype(bool) | frame["error"].notna()]
     for row in picked[list(LATE_INPUT)].itertuples(index=False):
         values: dict[str, Any] = dict.fromkeys(FOLDED_FIELDS)
         values.update(
-            topic=_plain(row.topic), partition=_plain(row.partition), offset=_plain(row.offset)
+            topic=_plain(row.topic), partition=_whole(row.partition), offset=_whole(row.offset)
         )
         if _plain(row.error) is not None:
             values.update(error=row.error, raw_key=row.raw_key, raw_value=row.raw_value)
@@ -75,6 +111,10 @@ def late_values(frame: Any, job: str) -> list[dict[str, Any]]:
             fields = {"job": job}
             for name in LATE_FIELDS:
                 value = _plain(getattr(row, name))
+                if isinstance(value, float) and value.is_integer():
+                    # an integer column that pandas made float (a row of the group had a null:
+                    # a dead letter, a forgotten user's row): written as the integer it is
+                    value = int(value)
                 if value is not None:  # as Spark's to_json: null fields left out
                     fields[name] = value
             values.update(

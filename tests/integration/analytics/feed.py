@@ -165,7 +165,7 @@ class AnalyticsFeed:
         self.kafka: KafkaConfig = config.kafka
         admin = TopicAdmin(self.kafka)
         admin.ensure(state_topic(config.users_topic, partitions))
-        for topic in (config.posts_topic, config.follows_topic):
+        for topic in (config.posts_topic, config.follows_topic, config.subjects_topic):
             admin.ensure(history_topic(topic, partitions))
         self.activity = ActivityProducer(self.kafka, config.activity_topic, partitions)
         self.producer = idempotent_producer(self.kafka, {"linger.ms": 10}, java_placement=True)
@@ -261,6 +261,32 @@ class AnalyticsFeed:
                     else self.config.follows_topic
                 )
                 self.producer.produce(topic, key=out.key, value=out.value, headers=out.headers)
+
+    def write_forgotten(self, user_id: int, at: int) -> None:
+        """``SubjectForgotten`` of the user, as `tributary forget` appends it (stream
+        ``user-<id>`` of type ``subject``, no typed schema) and the outbox publishes it."""
+        self.position += 1
+        data = {"subject_type": "user", "subject_id": str(user_id), "forgotten_at": iso(at)}
+        row = {
+            "event_id": str(uuid.uuid4()),
+            "event_type": "SubjectForgotten",
+            "schema_version": 1,
+            "schema_id": None,
+            "stream_type": "subject",
+            "stream_id": f"user-{user_id}",
+            "version": 1,
+            "position": self.position,
+            "recorded_at": iso(at),
+            "data": json.dumps(data),
+            "metadata": "{}",
+        }
+        envelope = {"before": None, "after": row, "op": "c", "source": {"lsn": self.position}}
+        for out in self.outbox.route(json.dumps(envelope), str(self.position).encode()):
+            assert out.topic == "events.subject", out.topic
+            self.producer.produce(
+                self.config.subjects_topic, key=out.key, value=out.value, headers=out.headers
+            )
+        self.flush()
 
     def flush(self) -> None:
         assert self.producer.flush(30) == 0

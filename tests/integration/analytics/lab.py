@@ -31,6 +31,7 @@ def lab_config(kafka: KafkaConfig, dsn: str, unique: str, registry_url: str) -> 
         posts_topic=f"t{unique}.events.post",
         follows_topic=f"t{unique}.events.follows",
         users_topic=f"t{unique}.public.users",
+        subjects_topic=f"t{unique}.events.subject",
         lateness=LATENESS,
         prefix=f"t{unique}.",
         topic_prefix=f"t{unique}.analytics.",
