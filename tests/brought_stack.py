@@ -73,26 +73,21 @@ def check(folder: Path) -> int:
     env = _env(settings)
     dsn = env["TRIBUTARY_TEST_POSTGRES_URL"].replace("+psycopg", "")
     with psycopg.connect(dsn) as conn:
-        databases = [
-            r[0]
-            for r in conn.execute(
-                "SELECT datname FROM pg_database WHERE datname NOT IN"
-                " ('postgres', 'template0', 'template1', 'tributary') ORDER BY 1"
-            )
-        ]
-        slots = [r[0] for r in conn.execute("SELECT slot_name FROM pg_replication_slots")]
-        roles = [
-            r[0]
-            for r in conn.execute("SELECT rolname FROM pg_roles WHERE rolname !~ '^pg_|^postgres$'")
-        ]
-        schemas = [
-            r[0]
-            for r in conn.execute(
-                "SELECT nspname FROM pg_namespace WHERE nspname !~ '^pg_'"
-                " AND nspname NOT IN ('public', 'information_schema')"
-            )
-        ]
-        publications = [r[0] for r in conn.execute("SELECT pubname FROM pg_publication")]
+
+        def names(query: str) -> list[str]:
+            return [str(r[0]) for r in conn.execute(query)]  # type: ignore[arg-type]
+
+        databases = names(
+            "SELECT datname FROM pg_database WHERE datname NOT IN"
+            " ('postgres', 'template0', 'template1', 'tributary') ORDER BY 1"
+        )
+        slots = names("SELECT slot_name FROM pg_replication_slots")
+        roles = names("SELECT rolname FROM pg_roles WHERE rolname !~ '^pg_|^postgres$'")
+        schemas = names(
+            "SELECT nspname FROM pg_namespace WHERE nspname !~ '^pg_'"
+            " AND nspname NOT IN ('public', 'information_schema')"
+        )
+        publications = names("SELECT pubname FROM pg_publication")
     admin = TopicAdmin(KafkaConfig(env["TRIBUTARY_TEST_KAFKA_BOOTSTRAP_SERVERS"], "byo-check"))
     topics = sorted(t for t in admin.topic_names() if not t.startswith("__"))
     found = {

@@ -8,28 +8,16 @@ import json
 from typing import Any
 
 from projections.time import LATE, iso_ms
+from tributary.view_model import WRITE_COLUMNS
 
 #: The collection of users forgotten (key: the user id; from ``SubjectForgotten`` on
 #: ``events.subject``), which each job's materializer purges its outputs of
 #: (:func:`examples.social.analytics.common.forgetting`); the input rows' ``kind`` for them.
 FORGOTTEN = "forgotten"
 
-FOLDED_FIELDS = (
-    "collection",
-    "key",
-    "position",
-    "deleted",
-    "fields",
-    "member",
-    "changes",
-    "fresh",
-    "topic",
-    "partition",
-    "offset",
-    "error",
-    "raw_key",
-    "raw_value",
-)
+FOLDED_FIELDS = (*WRITE_COLUMNS, "error", "raw_key", "raw_value")
+"""A processor's output row: the write table's columns, then a refused record's reason and
+bytes (the dead-letter columns)."""
 
 
 LATE_FIELDS = (

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from examples.social.analytics.common import forgetting
-from examples.social.analytics.stateful import FORGOTTEN, late_values, passing
+from examples.social.analytics.stateful import FORGOTTEN, LATE_INPUT, late_values, passing
 from tributary.view_model import Applied, Entry, Put
 
 
@@ -85,18 +85,8 @@ def test_a_forgotten_users_row_passes_through_a_processor_as_its_entry() -> None
             "error": [None, None],
             **{
                 name: [None, None]
-                for name in (
-                    "event_time",
-                    "sent_time",
-                    "received_time",
-                    "corrected_time",
-                    "delay_ms",
-                    "topic",
-                    "partition",
-                    "offset",
-                    "raw_key",
-                    "raw_value",
-                )
+                for name in LATE_INPUT
+                if name not in ("kind", "event_id", "beyond", "error")
             },
         }
     )
