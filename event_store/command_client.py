@@ -146,7 +146,7 @@ class ResultWaiter:
         deadline = time.monotonic() + timeout
         wanted = command_id.encode("utf-8", "surrogatepass")
         while time.monotonic() < deadline:
-            for msg in self._consumer.consume(100, min(0.5, max(deadline - time.monotonic(), 0))):
+            for msg in self._consumer.take(100, min(0.5, max(deadline - time.monotonic(), 0))):
                 if msg.error() is not None or msg.key() != wanted:
                     continue
                 value = msg.value()

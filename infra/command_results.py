@@ -49,7 +49,7 @@ class Results(threading.Thread):
     def run(self) -> None:
         while not self.halt.is_set():
             # A short batch wait: a sender waits for its answer (load measures that latency).
-            for msg in self._consumer.consume(500, 0.05):
+            for msg in self._consumer.take(500, 0.05):
                 key, value = msg.key(), msg.value()
                 if msg.error() is None and key is not None and value is not None:
                     with self.cond:

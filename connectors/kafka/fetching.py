@@ -42,6 +42,12 @@ def longer_wait(wait_ms: int) -> int:
     return longer[0] if longer else wait_ms
 
 
+def shorter_wait(wait_ms: int, floor_ms: int) -> int:
+    """The next shorter fetch wait, not below ``floor_ms``."""
+    shorter = [w for w in FETCH_WAITS_MS if floor_ms <= w < wait_ms]
+    return shorter[-1] if shorter else floor_ms
+
+
 def stall_s(wait_ms: int) -> float:
     """How long a range read lets fetches bring nothing before it tries a longer wait: a few
     fetches' worth, at least one second."""

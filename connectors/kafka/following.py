@@ -90,6 +90,13 @@ class Follower:
         self._seen(messages, drained=len(messages) < count)
         return messages
 
+    def take(self, count: int, timeout: float) -> list[Message]:
+        """Up to ``count`` messages as soon as one is there: waits at most ``timeout`` seconds
+        for the first, then takes what is already fetched (:meth:`consume` waits the whole
+        timeout whenever fewer than ``count`` messages come)."""
+        first = self.poll(timeout)
+        return [] if first is None else [first, *self.consume(count - 1, 0)]
+
     def close(self) -> None:
         self._consumer.close()
 

@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError as RdKafkaError
 
 from connectors.kafka.admin import TopicAdmin
 from connectors.kafka.config import ClientValue, KafkaConfig
-from connectors.kafka.fetching import longer_wait, range_fetch, stall_s
+from connectors.kafka.fetching import longer_wait, range_fetch, shorter_wait, stall_s
 from connectors.kafka.producing import idempotent_producer
 from connectors.kafka.topics import state_topic
 from connectors.schema_registry.errors import RegistryStoreError, RegistryTimeoutError
@@ -31,6 +31,8 @@ DEFAULT_TOPIC = "_schemas"
 
 
 TAIL_FETCH_WAIT_MS = 10
+STEP_DOWN_AFTER_S = 30.0
+"""How long the reader keeps a lengthened fetch wait before it tries the next shorter one."""
 
 
 class KafkaSchemaLog:
@@ -42,13 +44,15 @@ class KafkaSchemaLog:
         state: RegistryState,
         topic: str = DEFAULT_TOPIC,
         timeout: float = 30.0,
+        fetch_wait_ms: int | None = None,
     ) -> None:
         self.kafka = kafka
         self.state = state
         self.topic = topic
         self.timeout = timeout
         self._applied = 0  # the next offset the reader will apply
-        self.fetch_wait_ms = TAIL_FETCH_WAIT_MS  # the reader's fetch wait now (it lengthens)
+        # the reader's fetch wait now (it lengthens under load and steps back down)
+        self.fetch_wait_ms = TAIL_FETCH_WAIT_MS if fetch_wait_ms is None else fetch_wait_ms
         self._wanted = 0  # the offset a writer waits for the reader to pass
         self._progress = threading.Condition()
         self._stop = threading.Event()
@@ -146,13 +150,22 @@ class KafkaSchemaLog:
         """Apply the topic's records as they come. Each registration is a batch of its own; on
         Tansu a short fetch wait can stop bringing records below the end of a log of many
         small batches, so while a writer waits and fetches bring nothing, the consumer is
-        opened again at the applied offset with a longer wait (``connectors.kafka.fetching``)."""
+        opened again at the applied offset with a longer wait (``connectors.kafka.fetching``).
+        Tansu holds a fetch for its whole wait when the records it lists are fewer than its
+        byte budget, so every write waits about the reader's fetch wait for its own record:
+        a wait lengthened under load is kept for :data:`STEP_DOWN_AFTER_S`, then, once the
+        reader has caught up with every waiting writer, the next shorter one is tried (a stall
+        there lengthens it again)."""
         wait = self.fetch_wait_ms  # a write waits for its own record: answer quickly
         consumer = self._consumer(wait)
         quiet_until = time.monotonic() + stall_s(wait)
+        changed_at = time.monotonic()
         try:
             while not self._stop.is_set():
-                messages = consumer.consume(500, timeout=0.2)
+                # wait for the first record only, then take what is fetched (consume(n, t)
+                # waits the whole timeout whenever fewer than n records are there)
+                first = consumer.poll(0.2)
+                messages = [] if first is None else [first, *consumer.consume(499, 0)]
                 now = time.monotonic()
                 if messages:
                     quiet_until = now + stall_s(wait)
@@ -160,7 +173,16 @@ class KafkaSchemaLog:
                     consumer.close()
                     wait = self.fetch_wait_ms = longer_wait(wait)
                     consumer = self._consumer(wait)
-                    quiet_until = now + stall_s(wait)
+                    quiet_until, changed_at = now + stall_s(wait), now
+                elif (
+                    wait > TAIL_FETCH_WAIT_MS
+                    and now - changed_at > STEP_DOWN_AFTER_S
+                    and self._wanted <= self._applied
+                ):
+                    consumer.close()
+                    wait = self.fetch_wait_ms = shorter_wait(wait, TAIL_FETCH_WAIT_MS)
+                    consumer = self._consumer(wait)
+                    quiet_until, changed_at = now + stall_s(wait), now
                 for msg in messages:
                     err = msg.error()
                     if err is not None:

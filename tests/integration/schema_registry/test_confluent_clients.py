@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from connectors.kafka import TopicAdmin, state_topic
 from connectors.kafka.reading import read_topic
 from connectors.schema_registry import store as store_module
 from connectors.schema_registry.client import CONTENT_TYPE
+from connectors.schema_registry.records import RegistryState
 from connectors.schema_registry.store import KafkaSchemaLog, open_registry
 from tests.integration.conftest import Endpoints
 from tests.integration.schema_registry.serving import RunningRegistry
@@ -287,3 +289,24 @@ def test_many_concurrent_registrations_all_land(
     assert set(subjects) <= set(fresh.get_subjects())
     for subject in subjects[::16]:
         assert fresh.get_latest_version(subject).schema_id == ids[subject]
+
+
+def test_a_lengthened_fetch_wait_steps_back_down_so_writes_answer_quickly_again(
+    stack: Endpoints, registry_topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Tansu every write waits about the reader's fetch wait for its own record, so a wait
+    lengthened under load must not stay: once the reader is caught up and the hold is over it
+    tries shorter waits, down to the short one, and a write answers in well under a second."""
+    monkeypatch.setattr(store_module, "STEP_DOWN_AFTER_S", 0.5)
+    store = KafkaSchemaLog(stack.kafka, RegistryState(), registry_topic, fetch_wait_ms=2_000)
+    store.start()  # a reader that lengthened its wait to 2 s under load
+    try:
+        deadline = time.monotonic() + 30
+        while store.fetch_wait_ms > store_module.TAIL_FETCH_WAIT_MS:
+            assert time.monotonic() < deadline, f"the wait stayed at {store.fetch_wait_ms} ms"
+            time.sleep(0.1)
+        started = time.monotonic()
+        store.sync()  # a write, read back by the reader
+        assert time.monotonic() - started < 1.0
+    finally:
+        store.close()
