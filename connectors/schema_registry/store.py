@@ -33,6 +33,10 @@ DEFAULT_TOPIC = "_schemas"
 TAIL_FETCH_WAIT_MS = 10
 STEP_DOWN_AFTER_S = 30.0
 """How long the reader keeps a lengthened fetch wait before it tries the next shorter one."""
+IDLE_FETCH_WAIT_MS = 500
+"""The reader's fetch wait while no writer waits (others' writes show within about this)."""
+IDLE_AFTER_S = 2.0
+"""How long after the last waiting writer the reader takes the idle wait."""
 
 
 class KafkaSchemaLog:
@@ -53,6 +57,7 @@ class KafkaSchemaLog:
         self._applied = 0  # the next offset the reader will apply
         # the reader's fetch wait now (it lengthens under load and steps back down)
         self.fetch_wait_ms = TAIL_FETCH_WAIT_MS if fetch_wait_ms is None else fetch_wait_ms
+        self.reading_wait_ms = self.fetch_wait_ms  # the wait of the reader's consumer now
         self._wanted = 0  # the offset a writer waits for the reader to pass
         self._progress = threading.Condition()
         self._stop = threading.Event()
@@ -147,42 +152,59 @@ class KafkaSchemaLog:
         return consumer
 
     def _read(self) -> None:
-        """Apply the topic's records as they come. Each registration is a batch of its own; on
-        Tansu a short fetch wait can stop bringing records below the end of a log of many
-        small batches, so while a writer waits and fetches bring nothing, the consumer is
-        opened again at the applied offset with a longer wait (``connectors.kafka.fetching``).
-        Tansu holds a fetch for its whole wait when the records it lists are fewer than its
-        byte budget, so every write waits about the reader's fetch wait for its own record:
-        a wait lengthened under load is kept for :data:`STEP_DOWN_AFTER_S`, then, once the
-        reader has caught up with every waiting writer, the next shorter one is tried (a stall
-        there lengthens it again)."""
-        wait = self.fetch_wait_ms  # a write waits for its own record: answer quickly
+        """Apply the topic's records as they come, with the fetch wait the moment needs.
+
+        On Tansu a fetch is held for its whole wait when the records it lists are fewer than
+        its byte budget, so a writer waits about the reader's fetch wait for its own record,
+        and a reader tailing with a short wait keeps the broker busy (a fetch every 10 ms:
+        about 8% of a core of an idle broker). So the reader tails with a short wait while a
+        writer waits or wrote lately, and with :data:`IDLE_FETCH_WAIT_MS` after
+        :data:`IDLE_AFTER_S` without one (a writer wakes it within a poll).
+
+        Each registration is a batch of its own; on Tansu a short wait can stop bringing
+        records below the end of a log of many small batches, so while a writer waits and
+        fetches bring nothing, the consumer is opened again at the applied offset with a longer
+        wait (``connectors.kafka.fetching``). A lengthened wait is kept for
+        :data:`STEP_DOWN_AFTER_S`, then, while no writer waits, the next shorter one is tried
+        (a stall there lengthens it again)."""
+        wait = self.reading_wait_ms = self.fetch_wait_ms  # a writer waits now (start's sync)
         consumer = self._consumer(wait)
+        idle = False
         quiet_until = time.monotonic() + stall_s(wait)
-        changed_at = time.monotonic()
+        changed_at = last_busy = time.monotonic()
         try:
             while not self._stop.is_set():
                 # wait for the first record only, then take what is fetched (consume(n, t)
                 # waits the whole timeout whenever fewer than n records are there)
-                first = consumer.poll(0.2)
+                first = consumer.poll(0.05)
                 messages = [] if first is None else [first, *consumer.consume(499, 0)]
                 now = time.monotonic()
+                waiting = self._wanted > self._applied
+                if waiting:
+                    last_busy = now
                 if messages:
                     quiet_until = now + stall_s(wait)
-                elif now > quiet_until and self._wanted > self._applied:
-                    consumer.close()
-                    wait = self.fetch_wait_ms = longer_wait(wait)
-                    consumer = self._consumer(wait)
-                    quiet_until, changed_at = now + stall_s(wait), now
+                reopen: int | None = None
+                if idle and waiting:  # a writer waits: the writers' wait again
+                    idle, reopen = False, self.fetch_wait_ms
+                elif not idle and waiting and not messages and now > quiet_until:
+                    self.fetch_wait_ms = longer_wait(self.fetch_wait_ms)
+                    changed_at, reopen = now, self.fetch_wait_ms
                 elif (
-                    wait > TAIL_FETCH_WAIT_MS
+                    not waiting
+                    and self.fetch_wait_ms > TAIL_FETCH_WAIT_MS
                     and now - changed_at > STEP_DOWN_AFTER_S
-                    and self._wanted <= self._applied
                 ):
-                    consumer.close()
-                    wait = self.fetch_wait_ms = shorter_wait(wait, TAIL_FETCH_WAIT_MS)
-                    consumer = self._consumer(wait)
-                    quiet_until, changed_at = now + stall_s(wait), now
+                    self.fetch_wait_ms = shorter_wait(self.fetch_wait_ms, TAIL_FETCH_WAIT_MS)
+                    changed_at = now
+                    reopen = None if idle else self.fetch_wait_ms
+                elif (
+                    not idle
+                    and not waiting
+                    and now - last_busy > IDLE_AFTER_S
+                    and self.fetch_wait_ms < IDLE_FETCH_WAIT_MS
+                ):
+                    idle, reopen = True, IDLE_FETCH_WAIT_MS
                 for msg in messages:
                     err = msg.error()
                     if err is not None:
@@ -193,6 +215,11 @@ class KafkaSchemaLog:
                                 return
                         continue
                     self._fold(msg)
+                if reopen is not None:  # at the applied offset, after folding what came
+                    consumer.close()
+                    wait = self.reading_wait_ms = reopen
+                    consumer = self._consumer(wait)
+                    quiet_until = time.monotonic() + stall_s(wait)
         except Exception as exc:  # the reader must never die silently: writers wait on it
             log.exception("the schema registry's reader stopped")
             self._fail(str(exc))
