@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
@@ -39,6 +40,68 @@ IDLE_AFTER_S = 2.0
 """How long after the last waiting writer the reader takes the idle wait."""
 
 
+@dataclass
+class TailWait:
+    """The registry reader's fetch wait, decided from what each poll saw (no I/O: see
+    :meth:`KafkaSchemaLog._read` for why each rule is there).
+
+    ``writers_ms`` is the wait a waiting writer is served with: it lengthens while a writer
+    waits and fetches bring nothing, and steps back down after :data:`STEP_DOWN_AFTER_S`
+    while none waits. ``reading_ms`` is the wait of the consumer now: ``writers_ms``, or
+    :data:`IDLE_FETCH_WAIT_MS` once no writer waited for :data:`IDLE_AFTER_S`."""
+
+    writers_ms: int
+    now: float
+    reading_ms: int = 0
+    idle: bool = False
+    quiet_until: float = 0.0
+    changed_at: float = 0.0
+    last_busy: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.reading_ms = self.writers_ms
+        self.quiet_until = self.now + stall_s(self.writers_ms)
+        self.changed_at = self.last_busy = self.now
+
+    def seen(self, now: float, waiting: bool, records: bool) -> int | None:
+        """After a poll: the wait to open the consumer again with, or None to keep it.
+        ``waiting``: a writer waits for a record not read yet; ``records``: the poll brought
+        some."""
+        if waiting:
+            self.last_busy = now
+        if records:
+            self.quiet_until = now + stall_s(self.reading_ms)
+        if self.idle and waiting:  # a writer waits: the writers' wait again
+            self.idle = False
+            return self._open(now, self.writers_ms)
+        if not self.idle and waiting and not records and now > self.quiet_until:
+            self.writers_ms = longer_wait(self.writers_ms)
+            self.changed_at = now
+            return self._open(now, self.writers_ms)
+        if (
+            not waiting
+            and self.writers_ms > TAIL_FETCH_WAIT_MS
+            and now - self.changed_at > STEP_DOWN_AFTER_S
+        ):
+            self.writers_ms = shorter_wait(self.writers_ms, TAIL_FETCH_WAIT_MS)
+            self.changed_at = now
+            return None if self.idle else self._open(now, self.writers_ms)
+        if (
+            not self.idle
+            and not waiting
+            and now - self.last_busy > IDLE_AFTER_S
+            and self.writers_ms < IDLE_FETCH_WAIT_MS
+        ):
+            self.idle = True
+            return self._open(now, IDLE_FETCH_WAIT_MS)
+        return None
+
+    def _open(self, now: float, wait_ms: int) -> int:
+        self.reading_ms = wait_ms
+        self.quiet_until = now + stall_s(wait_ms)
+        return wait_ms
+
+
 class KafkaSchemaLog:
     """The topic as the registry's :class:`~connectors.schema_registry.registry.SchemaLog`."""
 
@@ -55,9 +118,9 @@ class KafkaSchemaLog:
         self.topic = topic
         self.timeout = timeout
         self._applied = 0  # the next offset the reader will apply
-        # the reader's fetch wait now (it lengthens under load and steps back down)
-        self.fetch_wait_ms = TAIL_FETCH_WAIT_MS if fetch_wait_ms is None else fetch_wait_ms
-        self.reading_wait_ms = self.fetch_wait_ms  # the wait of the reader's consumer now
+        # the writers' fetch wait the reader starts with (it lengthens under load)
+        first_wait = TAIL_FETCH_WAIT_MS if fetch_wait_ms is None else fetch_wait_ms
+        self.tail = TailWait(first_wait, time.monotonic())  # the reader's, once it runs
         self._wanted = 0  # the offset a writer waits for the reader to pass
         self._progress = threading.Condition()
         self._stop = threading.Event()
@@ -154,12 +217,13 @@ class KafkaSchemaLog:
     def _read(self) -> None:
         """Apply the topic's records as they come, with the fetch wait the moment needs.
 
-        On Tansu a fetch is held for its whole wait when the records it lists are fewer than
-        its byte budget, so a writer waits about the reader's fetch wait for its own record,
-        and a reader tailing with a short wait keeps the broker busy (a fetch every 10 ms:
-        about 8% of a core of an idle broker). So the reader tails with a short wait while a
-        writer waits or wrote lately, and with :data:`IDLE_FETCH_WAIT_MS` after
-        :data:`IDLE_AFTER_S` without one (a writer wakes it within a poll).
+        On Tansu a fetch may be held for its whole wait when the records it lists are fewer
+        than its byte budget (``connectors.kafka.fetching``), so a writer may wait about the
+        reader's fetch wait for its own record; and a reader tailing with a short wait keeps
+        the broker busy (a fetch every 10 ms: about 8% of a core of an idle broker). So the
+        reader tails with a short wait while a writer waits or wrote lately, and with
+        :data:`IDLE_FETCH_WAIT_MS` after :data:`IDLE_AFTER_S` without one; a writer wakes it
+        within a poll (on the in-memory broker the idle fetch often brings the record first).
 
         Each registration is a batch of its own; on Tansu a short wait can stop bringing
         records below the end of a log of many small batches, so while a writer waits and
@@ -167,44 +231,15 @@ class KafkaSchemaLog:
         wait (``connectors.kafka.fetching``). A lengthened wait is kept for
         :data:`STEP_DOWN_AFTER_S`, then, while no writer waits, the next shorter one is tried
         (a stall there lengthens it again)."""
-        wait = self.reading_wait_ms = self.fetch_wait_ms  # a writer waits now (start's sync)
-        consumer = self._consumer(wait)
-        idle = False
-        quiet_until = time.monotonic() + stall_s(wait)
-        changed_at = last_busy = time.monotonic()
+        tail = self.tail = TailWait(self.tail.writers_ms, time.monotonic())
+        consumer = self._consumer(tail.reading_ms)
         try:
             while not self._stop.is_set():
                 # wait for the first record only, then take what is fetched (consume(n, t)
                 # waits the whole timeout whenever fewer than n records are there)
                 first = consumer.poll(0.05)
                 messages = [] if first is None else [first, *consumer.consume(499, 0)]
-                now = time.monotonic()
-                waiting = self._wanted > self._applied
-                if waiting:
-                    last_busy = now
-                if messages:
-                    quiet_until = now + stall_s(wait)
-                reopen: int | None = None
-                if idle and waiting:  # a writer waits: the writers' wait again
-                    idle, reopen = False, self.fetch_wait_ms
-                elif not idle and waiting and not messages and now > quiet_until:
-                    self.fetch_wait_ms = longer_wait(self.fetch_wait_ms)
-                    changed_at, reopen = now, self.fetch_wait_ms
-                elif (
-                    not waiting
-                    and self.fetch_wait_ms > TAIL_FETCH_WAIT_MS
-                    and now - changed_at > STEP_DOWN_AFTER_S
-                ):
-                    self.fetch_wait_ms = shorter_wait(self.fetch_wait_ms, TAIL_FETCH_WAIT_MS)
-                    changed_at = now
-                    reopen = None if idle else self.fetch_wait_ms
-                elif (
-                    not idle
-                    and not waiting
-                    and now - last_busy > IDLE_AFTER_S
-                    and self.fetch_wait_ms < IDLE_FETCH_WAIT_MS
-                ):
-                    idle, reopen = True, IDLE_FETCH_WAIT_MS
+                reopen = tail.seen(time.monotonic(), self._wanted > self._applied, bool(messages))
                 for msg in messages:
                     err = msg.error()
                     if err is not None:
@@ -217,9 +252,7 @@ class KafkaSchemaLog:
                     self._fold(msg)
                 if reopen is not None:  # at the applied offset, after folding what came
                     consumer.close()
-                    wait = self.reading_wait_ms = reopen
-                    consumer = self._consumer(wait)
-                    quiet_until = time.monotonic() + stall_s(wait)
+                    consumer = self._consumer(reopen)
         except Exception as exc:  # the reader must never die silently: writers wait on it
             log.exception("the schema registry's reader stopped")
             self._fail(str(exc))
