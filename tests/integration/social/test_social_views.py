@@ -144,7 +144,46 @@ def assert_views_match(social: Social) -> None:
     assert expected == timelines_by_sql(social.dsn, state.posts.values(), state.follows)
 
 
-def test_three_views_equal_the_reference_after_a_mixed_workload(spark: Any, social: Social) -> None:
+def assert_each_view_replays_to_the_same_state_while_reads_go_on(
+    spark: Any, social: Social
+) -> None:
+    """Each view rebuilt from offset zero and swapped in while a reader queries all three:
+    no read fails, and the views hold what they held."""
+    before = (profiles(social.profile), search_docs(social.search), timelines(social))
+    users = sorted(social.feed.state.users)[:5]
+    errors: list[BaseException] = []
+    reads = [0]
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                social.search.queries[0].run(q="kafka", limit=5)
+                for user_id in users:
+                    social.timeline.queries[0].run(user_id=user_id)
+                    social.profile.queries[0].run(user_id=user_id)
+                reads[0] += 1
+            except BaseException as exc:  # any failure of a read is a test failure
+                errors.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for view in social.views:
+            old = view.store.live_generation()
+            result = replay(spark, view, social.feed.kafka, social.options)
+            assert result.replaced == old and view.store.live_generation() == result.generation
+    finally:
+        stop.set()
+        reader.join(60)
+    assert errors == [] and reads[0] > 10
+    assert (profiles(social.profile), search_docs(social.search), timelines(social)) == before
+    assert_views_match(social)
+
+
+def test_three_views_equal_the_reference_after_a_mixed_workload_and_a_replay(
+    spark: Any, social: Social
+) -> None:
     social.feed.run(2500)
     state = social.feed.state
     assert len(state.posts) > 300 and len(state.follows) > 100
@@ -197,6 +236,11 @@ def test_three_views_equal_the_reference_after_a_mixed_workload(spark: Any, soci
     }
     assert {(h["author_handle"], h["author_name"]) for h in hits} == {("zqx-renamed", "Zqx Person")}
 
+    # Each view, caught up, replayed from offset zero while reads go on: the same state.
+    for view in (social.profile, social.timeline):
+        run_view(spark, social, view)
+    assert_each_view_replays_to_the_same_state_while_reads_go_on(spark, social)
+
 
 def test_a_view_whose_store_fails_leaves_the_shared_query_and_the_others_go_on(
     spark: Any, social: Social
@@ -248,42 +292,6 @@ def test_a_view_whose_store_fails_leaves_the_shared_query_and_the_others_go_on(
         [broken.name, f"{social.search.name}+{social.timeline.name}"]
     )
     assert not thread.is_alive()
-
-
-def test_each_view_replays_to_the_same_state_while_reads_go_on(spark: Any, social: Social) -> None:
-    social.feed.run(1500)
-    for view in social.views:
-        run_view(spark, social, view)
-    before = (profiles(social.profile), search_docs(social.search), timelines(social))
-    users = sorted(social.feed.state.users)[:5]
-    errors: list[BaseException] = []
-    reads = [0]
-    stop = threading.Event()
-
-    def read() -> None:
-        while not stop.is_set():
-            try:
-                social.search.queries[0].run(q="kafka", limit=5)
-                for user_id in users:
-                    social.timeline.queries[0].run(user_id=user_id)
-                    social.profile.queries[0].run(user_id=user_id)
-                reads[0] += 1
-            except BaseException as exc:  # any failure of a read is a test failure
-                errors.append(exc)
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    try:
-        for view in social.views:
-            old = view.store.live_generation()
-            result = replay(spark, view, social.feed.kafka, social.options)
-            assert result.replaced == old and view.store.live_generation() == result.generation
-    finally:
-        stop.set()
-        reader.join(60)
-    assert errors == [] and reads[0] > 10
-    assert (profiles(social.profile), search_docs(social.search), timelines(social)) == before
-    assert_views_match(social)
 
 
 def test_poison_changes_go_to_the_dlq_and_the_profile_cache_converges(
