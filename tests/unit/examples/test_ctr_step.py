@@ -437,7 +437,10 @@ def plain(value: Any) -> Any:
 
 
 def cells(frame: Any, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
-    return [tuple(plain(v) for v in row) for row in frame[list(columns)].itertuples(index=False)]
+    """The rows of ``columns`` as tuples of plain cells (read column by column: a frame's
+    ``itertuples`` made a namedtuple class and a copy of the columns each call)."""
+    values = [[plain(v) for v in frame[name].tolist()] for name in columns]
+    return list(zip(*values, strict=True))
 
 
 def stored(frame: Any, columns: tuple[str, ...]) -> Any:
@@ -460,11 +463,13 @@ def step(step_fn: Any, partition: int, state: State, rows: Any) -> tuple[State, 
     clock, searches, waiting, out, counts = step_fn(
         partition, state[0], state[1].copy(), state[2].copy(), rows.copy(), ALLOWED
     )
-    if not isinstance(out, list):
+    if isinstance(out, list):
+        rows_out = out_rows(out)
+    else:
         assert list(out.columns) == list(FOLDED_FIELDS)
-        out = out.to_dict("records")
+        rows_out = cells(out, FOLDED_FIELDS)
     kept = (clock, stored(searches, SEARCH_COLUMNS), stored(waiting, WAITING_COLUMNS))
-    return kept, out_rows(out), cells(counts, ("d_query", *DELTAS))
+    return kept, rows_out, cells(counts, ("d_query", *DELTAS))
 
 
 def same_state(mine: State, theirs: State) -> bool:
@@ -485,10 +490,12 @@ def test_the_column_wise_step_is_the_row_by_row_step(batches: list[Any], partiti
         got = step(ctr_step, partition, mine, rows)
         assert got[1:] == expected[1:]
         assert same_state(got[0], expected[0])
-        # it also carries on from a state the row-by-row step stored (an older checkpoint)
-        carried = step(ctr_step, partition, theirs, rows)
-        assert carried[1:] == expected[1:]
-        assert same_state(carried[0], expected[0])
+        # it also carries on from a state the row-by-row step stored (an older checkpoint);
+        # from the first batch's empty state that is the step just checked
+        if theirs is not mine:
+            carried = step(ctr_step, partition, theirs, rows)
+            assert carried[1:] == expected[1:]
+            assert same_state(carried[0], expected[0])
         mine, theirs = got[0], expected[0]
 
 
