@@ -13,8 +13,9 @@ ignored. The scheduler below groups by path, on the controller.
 
 from typing import Any
 
-SPARK_STARTING = (
-    "tests/integration/analytics/",
+SPARK_STARTING = (  # folders, files, or single tests (``file::test``)
+    "tests/integration/analytics/test_analytics.py",
+    "tests/integration/analytics/test_live_path.py::test_a_long_jvm_error_in_a_batch_stays_short",
     "tests/integration/operations/",
     "tests/integration/pipeline/",
     "tests/integration/social/",

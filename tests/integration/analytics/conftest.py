@@ -1,3 +1,3 @@
 """Fixtures of the analytics tests: the session's SparkSession."""
 
-from tests.integration.spark_streaming.conftest import spark  # noqa: F401
+from tests.integration.spark_streaming.conftest import session_spark, spark  # noqa: F401

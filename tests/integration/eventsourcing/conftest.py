@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from tests.integration.conftest import Endpoints
-from tests.integration.spark_streaming.conftest import spark  # noqa: F401  (the session's)
+from tests.integration.spark_streaming.conftest import session_spark, spark  # noqa: F401
 
 #: Settings of the library a developer's environment might hold; none may leak into a test.
 LIBRARY_SETTINGS = (

@@ -11,6 +11,7 @@ from tests.integration.cli_process import run_tributary
 from tests.integration.conftest import Endpoints
 from tests.integration.spark_streaming.conftest import (  # noqa: F401  (the session's)
     feed,
+    session_spark,
     spark,
     views_schema,
 )

@@ -14,11 +14,12 @@ from spark_streaming.session import spark_session
 from tests.integration.conftest import Endpoints
 from tests.integration.spark_streaming.changefeed import ChangeFeed
 from tests.jvm import SPARK_CLASS_ARCHIVE, SPARK_JAVA_OPTIONS
+from tests.scheduling import starts_spark
 from views.catalog import ViewsConfig
 
 
 @pytest.fixture(scope="session")
-def spark(stack: Endpoints) -> Iterator[Any]:
+def session_spark(stack: Endpoints) -> Iterator[Any]:
     scratch = tempfile.mkdtemp(prefix="tributary-spark-")
     session = spark_session(
         "local[2]",
@@ -31,6 +32,15 @@ def spark(stack: Endpoints) -> Iterator[Any]:
     yield session
     session.stop()
     shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.fixture
+def spark(request: pytest.FixtureRequest, session_spark: Any) -> Any:
+    """The session's SparkSession, for a test `make test` runs in its Spark worker (a test
+    outside ``tests/scheduling.py``'s list would run a second driver beside that worker's)."""
+    if not starts_spark(request.node.nodeid):
+        pytest.fail(f"{request.node.nodeid} starts Spark: add it to tests/scheduling.py")
+    return session_spark
 
 
 @pytest.fixture
