@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from spark_streaming.class_archive import archive_options
+from spark_streaming.shipping import ship
 from spark_streaming.worker_python import worker_python
 
 ROCKSDB_STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -42,9 +44,12 @@ def spark_session(
 ) -> Any:
     """Get or create the process's SparkSession: no UI, few shuffle partitions, loopback only,
     and Python workers on this interpreter (so they import the same packages; with a local
-    master, through :func:`~spark_streaming.worker_python.worker_python`). ``local_dir``:
-    Spark's scratch space (block manager, shuffle), so a killed driver leaves its files in a
-    folder of ours rather than in /tmp. ``java_options``: extra JVM options of the driver and
+    master, through :func:`~spark_streaming.worker_python.worker_python`). On a cluster (any
+    other master) the executors import Tributary from a zip the driver ships
+    (:mod:`spark_streaming.shipping`); ``conf`` may name their Python
+    (``spark.pyspark.python``). ``local_dir``: Spark's scratch space (block manager, shuffle),
+    so a killed driver leaves its files in a folder of ours rather than in /tmp; the shipped
+    zip is written under it too. ``java_options``: extra JVM options of the driver and
     executors (e.g. C1 only and the serial collector: a faster start on a small machine).
     ``class_archive``: the driver maps Spark's classes from this archive when it exists
     (:mod:`spark_streaming.class_archive`)."""
@@ -99,6 +104,9 @@ def spark_session(
             warming.kill()
             warming.wait()
     session.sparkContext.setLogLevel("ERROR")
+    if not master.startswith("local"):
+        shipped = Path(local_dir, "shipped") if local_dir else None
+        ship(session, shipped or Path(tempfile.gettempdir(), "tributary-shipped"))
     return session
 
 
