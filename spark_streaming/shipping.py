@@ -83,7 +83,15 @@ def write_zip(folder: Path, packages: Iterable[str] = PACKAGES) -> Path:
         return target
     folder.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    # a folder without __init__.py (a namespace package: connectors/stores) is importable from a
+    # zip only when the zip has an entry of its own for it
+    folders = sorted({parent.as_posix() + "/" for n, _ in entries for parent in Path(n).parents})
     with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in folders:
+            if name != "./":
+                folder_info = zipfile.ZipInfo(name, date_time=_EPOCH)
+                folder_info.external_attr = 0o40755 << 16
+                archive.writestr(folder_info, b"")
         for name, data in entries:
             info = zipfile.ZipInfo(name, date_time=_EPOCH)
             info.external_attr = 0o644 << 16

@@ -33,13 +33,15 @@ def test_the_packages_are_the_distribution_s() -> None:
 def test_every_module_of_every_package_and_nothing_else(tmp_path: Path) -> None:
     archive = write_zip(tmp_path)
     with zipfile.ZipFile(archive) as z:
-        names = z.namelist()
+        names = [n for n in z.namelist() if not n.endswith("/")]
+        folders = {n for n in z.namelist() if n.endswith("/")}
         assert z.testzip() is None
         assert z.read("projections/__init__.py") == (ROOT / "projections/__init__.py").read_bytes()
     assert len(names) == len(set(names)) and names == sorted(names)
     assert set(names) == set().union(*(modules(p) for p in PACKAGES))
     assert {"spark_streaming/kafka_source.py", "examples/social/views/__init__.py"} <= set(names)
     assert all(name.endswith(".py") and name.split("/")[0] in PACKAGES for name in names)
+    assert folders == {n.rsplit("/", 1)[0] + "/" for n in names} | {f"{p}/" for p in PACKAGES}
     assert [p.name for p in tmp_path.iterdir()] == [archive.name]  # no partial file left
 
 
@@ -67,7 +69,8 @@ def test_the_zip_alone_imports_tributary(tmp_path: Path) -> None:
     code = (
         f"import sys; sys.path.insert(0, {str(archive)!r});"
         " import projections, views, spark_streaming.kafka_source as k;"
-        " print(projections.__file__); print(k.__file__)"
+        " import connectors.stores.protocol as s;"  # a namespace package (no __init__.py)
+        " print(projections.__file__); print(k.__file__); print(s.__file__)"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
@@ -76,4 +79,5 @@ def test_the_zip_alone_imports_tributary(tmp_path: Path) -> None:
     assert done.stdout.split() == [
         f"{archive}/projections/__init__.py",
         f"{archive}/spark_streaming/kafka_source.py",
+        f"{archive}/connectors/stores/protocol.py",
     ]
