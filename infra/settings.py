@@ -383,8 +383,8 @@ class Settings(SettingsMethods, BaseSettings):
         default_factory=dict,
         description="More Spark properties for every session the views and analytics start, as"
         ' a JSON object (`{"spark.executor.memory": "2g"}`) or comma-separated key=value'
-        " (`spark.executor.memory=2g,spark.cores.max=2`), e.g. the executors' Python"
-        " (`spark.pyspark.python`) or a packed environment (`spark.archives`).",
+        " (`spark.executor.memory=2g,spark.cores.max=2`), e.g. executor sizes or the Python of"
+        " the executors and of Spark's Python processes on the driver (`spark.pyspark.python`).",
     )
     cdc_java_options: str = Field(
         "",
