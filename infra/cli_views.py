@@ -35,6 +35,7 @@ def _spark(s: "Settings", config: "ViewsConfig") -> Any:
         local_dir=str((s.home / "spark").resolve()),
         java_options=s.spark_java_options,
         class_archive=s.spark_class_archive_path,
+        conf=s.spark_conf,
     )
 
 

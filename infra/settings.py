@@ -27,6 +27,7 @@ from infra.settings_base import (
     comma_list,
     empty_is_unset,
     key_values,
+    spark_properties,
 )
 from infra.settings_file import config_file
 from tributary.redact import redact
@@ -195,6 +196,11 @@ class Settings(SettingsMethods, BaseSettings):
     @classmethod
     def _key_values(cls, value: object) -> object:
         return key_values(value)
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _spark_properties(cls, value: object) -> object:
+        return spark_properties(value)
 
     @model_validator(mode="after")
     def _check_kafka_security(self) -> "Settings":
@@ -373,6 +379,13 @@ class Settings(SettingsMethods, BaseSettings):
         " extraJavaOptions), e.g. `-XX:TieredStopAtLevel=1 -XX:+UseSerialGC`: on a small"
         " machine a driver then starts in about half the time (the test suite uses them).",
     )
+    spark_conf: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="More Spark properties for every session the views and analytics start, as"
+        ' a JSON object (`{"spark.executor.memory": "2g"}`) or comma-separated key=value'
+        " (`spark.executor.memory=2g,spark.cores.max=2`), e.g. executor sizes or the Python of"
+        " the executors and of Spark's Python processes on the driver (`spark.pyspark.python`).",
+    )
     cdc_java_options: str = Field(
         "",
         description="Extra JVM options of the CDC part's Debezium engine, e.g."
@@ -443,6 +456,8 @@ def light_fields() -> dict[str, tuple[str, bool, object, tuple[object, ...]]]:
         extra: tuple[object, ...] = ()
         if typing.get_origin(annotation) is Literal:
             kind, extra = "choice", typing.get_args(annotation)
+        elif name == "spark_conf":  # Spark's properties: JSON or key=value, their own checks
+            kind = "spark"
         else:
             kind = kinds[annotation]
         for bound in field.metadata:

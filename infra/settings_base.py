@@ -7,6 +7,8 @@ Kafka's security settings.
 both inherit :class:`SettingsMethods`, so both compute and check alike.
 """
 
+import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -64,6 +66,67 @@ def key_values(value: object) -> object:
     return value
 
 
+# Spark properties with a setting of their own, not from TRIBUTARY_SPARK_CONF.
+_OWN_SPARK_PROPERTIES = {
+    "spark.master": "TRIBUTARY_SPARK_MASTER",
+    "spark.driver.memory": "TRIBUTARY_SPARK_DRIVER_MEMORY",
+    "spark.driver.extraJavaOptions": "TRIBUTARY_SPARK_JAVA_OPTIONS",
+    "spark.executor.extraJavaOptions": "TRIBUTARY_SPARK_JAVA_OPTIONS",
+}
+_SECRET_SPARK_PROPERTY = re.compile(r"secret|password|token|credential", re.IGNORECASE)
+
+
+def spark_properties(value: object) -> object:
+    """``TRIBUTARY_SPARK_CONF``: Spark properties as a JSON object
+    (``{"spark.executor.memory": "2g"}``: any value, commas included) or comma-separated
+    ``key=value`` (``spark.executor.memory=2g,spark.cores.max=2``: values without commas), or
+    a table of the TOML file; a dict of strings (``true``/``false`` for booleans). Every key
+    is a ``spark.*`` property, and none that a setting of Tributary's sets."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("{"):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                raise ValueError(
+                    "not a JSON object of Spark properties (nor key=value, comma-separated)"
+                ) from None
+        else:
+            pairs: dict[str, object] = {}
+            for item in text.split(","):
+                if not item.strip():
+                    continue
+                key, equals, setting = item.partition("=")
+                if not equals or not key.strip():
+                    raise ValueError(  # the item itself is not quoted: it may hold a secret
+                        "each item must be key=value (comma-separated Spark properties, e.g."
+                        " spark.executor.memory=2g; a JSON object for values with commas)"
+                    )
+                pairs[key.strip()] = setting.strip()
+            value = pairs
+    if not isinstance(value, dict):
+        return value  # pydantic says what is wrong with it
+    properties: dict[str, str] = {}
+    for key, setting in value.items():
+        if not isinstance(key, str) or not key.startswith("spark."):
+            raise ValueError(f"{key!r} is not a Spark property (spark.*)")
+        if key in _OWN_SPARK_PROPERTIES:
+            raise ValueError(f"{key} cannot be set here: use {_OWN_SPARK_PROPERTIES[key]}")
+        if isinstance(setting, bool):
+            properties[key] = "true" if setting else "false"
+        elif isinstance(setting, (str, int, float)):
+            properties[key] = str(setting)
+        else:
+            raise ValueError(f"{key}: a Spark property's value is a string, number or boolean")
+    return properties
+
+
+def is_secret_spark_property(name: str) -> bool:
+    """Whether a Spark property holds a secret (``spark.authenticate.secret``,
+    ``spark.hadoop.fs.s3a.secret.key``, ``spark.ssl.keyPassword``, ...)."""
+    return _SECRET_SPARK_PROPERTY.search(name) is not None
+
+
 def comma_list(value: object) -> object:
     """A comma-separated list (``TRIBUTARY_CDC_TABLES``) as a tuple of its non-blank items."""
     if isinstance(value, str):
@@ -102,6 +165,7 @@ class SettingsMethods:
         kafka_ssl_key_location: str | None
         kafka_ssl_key_password: SecretValue | None
         kafka_extra: dict[str, str]
+        spark_conf: dict[str, str]
         kafka_admin_timeout_s: float
         api_token: SecretValue | None
         api_read_token: SecretValue | None
@@ -179,6 +243,7 @@ class SettingsMethods:
                 if secret is not None
             ),
             *(value for key, value in self.kafka_extra.items() if is_secret_property(key)),
+            *(value for key, value in self.spark_conf.items() if is_secret_spark_property(key)),
         ]
         return [v for v in values if v]
 

@@ -15,12 +15,18 @@ import re
 from pathlib import Path
 from typing import Any
 
-from infra.settings_base import SettingsMethods, comma_list, empty_is_unset, key_values
+from infra.settings_base import (
+    SettingsMethods,
+    comma_list,
+    empty_is_unset,
+    key_values,
+    spark_properties,
+)
 from infra.settings_file import config_file
 
 #: A field: its kind (``str``, ``int``, ``float``, ``bool``, ``path``, ``secret``, ``choice``,
-#: ``strings``: comma-separated, ``pairs``: key=value), whether it may be unset, its default,
-#: and its bounds (``("ge", 0)``, ...) or choices.
+#: ``strings``: comma-separated, ``pairs``: key=value, ``spark``: Spark properties), whether it
+#: may be unset, its default, and its bounds (``("ge", 0)``, ...) or choices.
 FieldSpec = tuple[str, bool, object, tuple[Any, ...]]
 
 FIELDS: dict[str, FieldSpec] = {
@@ -119,6 +125,7 @@ FIELDS: dict[str, FieldSpec] = {
     "index_dir": ("path", True, None, ()),
     "spark_driver_memory": ("str", False, "1g", ()),
     "spark_java_options": ("str", False, "", ()),
+    "spark_conf": ("spark", False, {}, ()),
     "cdc_java_options": ("str", False, "", ()),
     "cdc_publisher": ("choice", False, "jvm", ("jvm", "python")),
     "spark_class_archive": ("path", True, None, ()),
@@ -174,7 +181,7 @@ def _from_env(kind: str, text: str, extra: tuple[Any, ...]) -> object:
         return float(text)
     if kind == "bool" and text.lower() in _TRUE | _FALSE:
         return text.lower() in _TRUE
-    if kind in ("str", "choice", "path", "secret", "strings", "pairs"):
+    if kind in ("str", "choice", "path", "secret", "strings", "pairs", "spark"):
         return _from_file(kind, text, extra)
     raise _Unsure
 
@@ -198,6 +205,11 @@ def _from_file(kind: str, value: object, extra: tuple[Any, ...]) -> object:
     if kind == "pairs" and isinstance(value, (str, dict)):
         try:
             return key_values(value)
+        except ValueError:
+            raise _Unsure from None
+    if kind == "spark" and isinstance(value, (str, dict)):
+        try:
+            return spark_properties(value)
         except ValueError:
             raise _Unsure from None
     if type(value) is int and kind in ("int", "float"):

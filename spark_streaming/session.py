@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from spark_streaming.class_archive import archive_options
+from spark_streaming.shipping import ship
 from spark_streaming.worker_python import worker_python
 
 ROCKSDB_STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -42,18 +44,29 @@ def spark_session(
 ) -> Any:
     """Get or create the process's SparkSession: no UI, few shuffle partitions, loopback only,
     and Python workers on this interpreter (so they import the same packages; with a local
-    master, through :func:`~spark_streaming.worker_python.worker_python`). ``local_dir``:
-    Spark's scratch space (block manager, shuffle), so a killed driver leaves its files in a
-    folder of ours rather than in /tmp. ``java_options``: extra JVM options of the driver and
+    master, through :func:`~spark_streaming.worker_python.worker_python`). On a cluster (any
+    other master) the executors import Tributary from a zip the driver ships
+    (:mod:`spark_streaming.shipping`). ``conf``: more Spark properties; its
+    ``spark.pyspark.python`` is the Python of every Python process Spark starts (the executors'
+    and the driver host's). ``local_dir``: Spark's scratch space (block manager, shuffle),
+    so a killed driver leaves its files in a folder of ours rather than in /tmp; the shipped
+    zip is written under it too. ``java_options``: extra JVM options of the driver and
     executors (e.g. C1 only and the serial collector: a faster start on a small machine).
     ``class_archive``: the driver maps Spark's classes from this archive when it exists
     (:mod:`spark_streaming.class_archive`)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    conf = dict(conf or {})
+    named = conf.get("spark.pyspark.python")
     # Spark's Python processes import pyspark from the installed package, not from Spark's
     # zips (see worker_python): on this machine, where every one of them runs.
-    python = worker_python() if master.startswith("local") else sys.executable
-    # The data-source planner process ignores spark.pyspark.python: name the interpreter here.
-    os.environ.setdefault("PYSPARK_PYTHON", python)
+    python = named or (worker_python() if master.startswith("local") else sys.executable)
+    # The interpreter of every Python process Spark starts, on the executors and on the driver's
+    # host (the data-source planners): a SparkContext takes it from PYSPARK_PYTHON, not from
+    # spark.pyspark.python, which only spark-submit reads. Named in ``conf``, it wins.
+    if named:
+        os.environ["PYSPARK_PYTHON"] = named
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", python)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -88,7 +101,7 @@ def spark_session(
         builder = builder.config("spark.driver.extraJavaOptions", driver_options)
     if java_options:
         builder = builder.config("spark.executor.extraJavaOptions", java_options)
-    for key, value in (conf or {}).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     warming = _warm_worker_imports()
     session = builder.getOrCreate()
@@ -99,6 +112,9 @@ def spark_session(
             warming.kill()
             warming.wait()
     session.sparkContext.setLogLevel("ERROR")
+    if not master.startswith("local"):
+        shipped = Path(local_dir, "shipped") if local_dir else None
+        ship(session, shipped or Path(tempfile.gettempdir(), "tributary-shipped"))
     return session
 
 

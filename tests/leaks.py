@@ -16,7 +16,19 @@ READ_TOKEN = "ReadLeakToken5"
 SASL = "SaslLeakSecret6"
 SSL_KEY = "KeyLeakSecret7"
 KEYSTORE = "KeystoreLeakSecret8"
-SECRETS = (PG, PG_ECHOED, READ_PG, REDIS, COMMAND_TOKEN, READ_TOKEN, SASL, SSL_KEY, KEYSTORE)
+SPARK_KEY = "SparkLeakSecret10"
+SECRETS = (
+    PG,
+    PG_ECHOED,
+    READ_PG,
+    REDIS,
+    COMMAND_TOKEN,
+    READ_TOKEN,
+    SASL,
+    SSL_KEY,
+    KEYSTORE,
+    SPARK_KEY,
+)
 
 
 def leaked(text: str) -> list[str]:
@@ -37,6 +49,7 @@ def secret_settings(home: Path, port: int, pg_password: str = PG) -> dict[str, s
         "kafka_sasl_password": SASL,
         "kafka_ssl_key_password": SSL_KEY,
         "kafka_extra": f"ssl.keystore.password={KEYSTORE}",
+        "spark_conf": f"spark.hadoop.fs.s3a.secret.key={SPARK_KEY}",
         "kafka_admin_timeout_s": "3",  # nothing listens: fail fast
         "api_token": COMMAND_TOKEN,
         "api_read_token": READ_TOKEN,

@@ -3,8 +3,9 @@ pyspark wheel's own launcher (``bin/spark-class``), on loopback, each a service 
 file and log like the others. `tributary up --spark-workers N` starts them; every view and
 analytics job then runs on the cluster (``spark_master = "auto"``).
 
-Everything a cluster needs is on this machine: the executors run this interpreter, which
-imports the installed packages, and the checkpoints are on the local disk every worker reads.
+Everything a cluster needs is on this machine: the executors run this interpreter (its
+dependencies; Tributary itself comes in the zip the driver ships, spark_streaming/shipping.py),
+and the checkpoints are on the local disk every worker reads.
 """
 
 import json

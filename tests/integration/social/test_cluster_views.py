@@ -4,14 +4,19 @@ run views` with the default master (`auto`) runs its jobs on an executor of each
 worker is killed with kill -9 mid-workload (its executor goes with it) and the views still end
 equal to the source of truth. A stateful analytics job runs beside them on the cluster (sessions,
 `transformWithStateInPandas`; its state store in the checkpoint both workers reach), fed while
-the worker dies, and ends equal to the reference. Without the cluster, `auto` is Spark in the
-jobs' own process."""
+the worker dies, and ends equal to the reference. The executors' Python (named with
+`TRIBUTARY_SPARK_CONF`) has every dependency but cannot import Tributary (no `site`: not the
+editable install, nor the work tree on `PYTHONPATH`): they import it from the zip the driver
+ships (spark_streaming/shipping.py). Without the cluster, `auto` is Spark in the jobs' own
+process."""
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Iterator
@@ -52,6 +57,29 @@ def auto_master(settings: Settings) -> str:
     )
 
 
+def python_without_tributary(folder: Path) -> Path:
+    """This venv's Python without ``site`` (no .pth file: not the editable install's finder)
+    and with only its site-packages on the path (not the work tree PYTHONPATH names here): every
+    dependency, and Tributary only from what Spark puts on its path."""
+    packages = dict.fromkeys((sysconfig.get_path("purelib"), sysconfig.get_path("platlib")))
+    script = folder / "executor-python"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"PYTHONPATH={shlex.quote(':'.join(packages))}\n"
+        "export PYTHONPATH\n"
+        f'exec {shlex.quote(sys.executable)} -S "$@"\n'
+    )
+    script.chmod(0o755)
+    hidden = subprocess.run(
+        [script, "-c", "import projections"], cwd=folder, capture_output=True, text=True
+    )
+    assert hidden.returncode != 0 and "No module named 'projections'" in hidden.stderr
+    deps = "import pyspark, pandas, pyarrow, confluent_kafka, fastavro, psycopg, pydantic"
+    found = subprocess.run([script, "-c", deps], cwd=folder, capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
+    return script
+
+
 @pytest.fixture
 def cluster(world: World) -> Iterator[tuple[Settings, LocalStack]]:
     """The stack's cluster in the world's state folder, where `auto` looks for it."""
@@ -70,7 +98,11 @@ def cluster(world: World) -> Iterator[tuple[Settings, LocalStack]]:
 
 @pytest.mark.timeout(TEST_TIMEOUT_S)
 def test_the_views_run_on_the_stacks_cluster_and_survive_a_worker_killed_mid_batch(
-    world: World, stack: Endpoints, cluster: tuple[Settings, LocalStack], unique: str
+    world: World,
+    stack: Endpoints,
+    cluster: tuple[Settings, LocalStack],
+    unique: str,
+    tmp_path: Path,
 ) -> None:
     budget = Deadline(TEST_TIMEOUT_S - 30)
     spark, local = cluster
@@ -107,11 +139,14 @@ def test_the_views_run_on_the_stacks_cluster_and_survive_a_worker_killed_mid_bat
     feed = ActivityProducer(stack.kafka, analytics["ACTIVITY_TOPIC"])
     world.cdc.start()
     world.cdc.wait_running()
+    # the executors' Python: Tributary only from the zip the driver ships
+    executors = {"spark.pyspark.python": str(python_without_tributary(tmp_path))}
     on_cluster = ViewsProcess(  # the default master, `auto`: the stack's cluster
         stack,
         world.views.home,
         **world.env,
         **analytics,
+        SPARK_CONF=json.dumps(executors),
         **{k.removeprefix("TRIBUTARY_"): v for k, v in ports(spark).items()},
     )
     on_cluster.start()

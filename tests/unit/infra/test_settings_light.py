@@ -55,6 +55,10 @@ SAME = [
         "TRIBUTARY_KAFKA_EXTRA": "sasl.mechanisms=OAUTHBEARER",
     },
     {"TRIBUTARY_SPARK_MASTER": "spark://host:7077", "TRIBUTARY_UNKNOWN_THING": "ignored"},
+    {"TRIBUTARY_SPARK_CONF": "spark.executor.memory=2g, spark.cores.max = 2,,"},
+    {"TRIBUTARY_SPARK_CONF": ' {"spark.archives": "a.tgz#env,b.zip", "spark.x": true}'},
+    {"TRIBUTARY_SPARK_CONF": "spark.hadoop.fs.s3a.secret.key=spark-Secret-8"},
+    {"TRIBUTARY_SPARK_CONF": ""},
 ]
 
 #: Environments pydantic takes but the light loader leaves to it (pydantic coerces them).
@@ -84,6 +88,12 @@ INVALID = [
     {"TRIBUTARY_VIEWS_SHARE_QUERY": "TRUE "},
     {"TRIBUTARY_KAFKA_EXTRA": "novalue"},
     {"TRIBUTARY_KAFKA_EXTRA": "bootstrap.servers=x:9092"},
+    {"TRIBUTARY_SPARK_CONF": "spark.executor.memory"},
+    {"TRIBUTARY_SPARK_CONF": "executor.memory=2g"},
+    {"TRIBUTARY_SPARK_CONF": "spark.master=local[4]"},
+    {"TRIBUTARY_SPARK_CONF": '{"spark.executor.memory": '},
+    {"TRIBUTARY_SPARK_CONF": '["spark.executor.memory"]'},
+    {"TRIBUTARY_SPARK_CONF": '{"spark.executor.memory": ["2g"]}'},
     {"TRIBUTARY_KAFKA_SASL_USERNAME": "alice"},
     {
         "TRIBUTARY_KAFKA_SSL_CA_LOCATION": "/etc/ca.pem",
@@ -123,6 +133,8 @@ FILES = [
     ("spark_master = 3\n", {}, "invalid"),
     ("cdc_metrics_port = 70000\n", {}, "invalid"),
     ('kafka_extra = "nope"\n', {}, "invalid"),
+    ('[spark_conf]\n"spark.cores.max" = 2\n"spark.pyspark.python" = "/env/bin/py"\n', {}, "same"),
+    ('spark_conf = { "spark.driver.memory" = "2g" }\n', {}, "invalid"),
     ('broker_storage = "disk"\n', {}, "invalid"),
 ]
 
