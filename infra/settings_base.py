@@ -39,22 +39,26 @@ def empty_is_unset(value: object) -> object:
     return value
 
 
+def _pairs(text: str, example: str) -> dict[str, str]:
+    """Comma-separated ``key=value`` items as a dict (blank items skipped); ``example`` says
+    what the items are, in the error."""
+    pairs: dict[str, str] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        key, equals, setting = item.partition("=")
+        if not equals or not key.strip():
+            # the item itself is not quoted: it may hold a secret
+            raise ValueError(f"each item must be key=value ({example})")
+        pairs[key.strip()] = setting.strip()
+    return pairs
+
+
 def key_values(value: object) -> object:
     """``TRIBUTARY_KAFKA_EXTRA``: comma-separated ``key=value`` librdkafka properties (or a
     mapping, from the TOML file) as a dict of strings; never the client's own properties."""
     if isinstance(value, str):
-        pairs: dict[str, str] = {}
-        for item in value.split(","):
-            if not item.strip():
-                continue
-            key, equals, setting = item.partition("=")
-            if not equals or not key.strip():
-                raise ValueError(  # the item itself is not quoted: it may hold a secret
-                    "each item must be key=value (comma-separated librdkafka properties,"
-                    " e.g. socket.timeout.ms=30000)"
-                )
-            pairs[key.strip()] = setting.strip()
-        value = pairs
+        value = _pairs(value, "comma-separated librdkafka properties, e.g. socket.timeout.ms=30000")
     if isinstance(value, dict):
         own = sorted(_OWN_KAFKA_PROPERTIES & set(value))
         if own:
@@ -92,18 +96,11 @@ def spark_properties(value: object) -> object:
                     "not a JSON object of Spark properties (nor key=value, comma-separated)"
                 ) from None
         else:
-            pairs: dict[str, object] = {}
-            for item in text.split(","):
-                if not item.strip():
-                    continue
-                key, equals, setting = item.partition("=")
-                if not equals or not key.strip():
-                    raise ValueError(  # the item itself is not quoted: it may hold a secret
-                        "each item must be key=value (comma-separated Spark properties, e.g."
-                        " spark.executor.memory=2g; a JSON object for values with commas)"
-                    )
-                pairs[key.strip()] = setting.strip()
-            value = pairs
+            value = _pairs(
+                text,
+                "comma-separated Spark properties, e.g. spark.executor.memory=2g; a JSON"
+                " object for values with commas",
+            )
     if not isinstance(value, dict):
         return value  # pydantic says what is wrong with it
     properties: dict[str, str] = {}
