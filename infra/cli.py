@@ -23,6 +23,7 @@ COMMAND_MODULES = {
     "snapshot": "infra.cli_cdc",
     "connector-config": "infra.cli_cdc",
     "cdc-status": "infra.cli_cdc",
+    "cdc-archive": "infra.cli_cdc",
     "dlq": "infra.cli_dlq",
     "run-commands": "infra.cli_events",
     "command": "infra.cli_events",

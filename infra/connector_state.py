@@ -20,6 +20,7 @@ def cdc_runtime(s: "Settings") -> "ConnectorRuntime":
         log_dir=(s.home / "logs").resolve(),
         topic_partitions=s.cdc_topic_partitions,
         java_options=s.cdc_java_options,
+        class_archive=s.cdc_class_archive_path,
         publisher=s.cdc_publisher,
     )
 

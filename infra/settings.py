@@ -389,8 +389,16 @@ class Settings(SettingsMethods, BaseSettings):
     cdc_java_options: str = Field(
         "",
         description="Extra JVM options of the CDC part's Debezium engine, e.g."
-        " `-XX:TieredStopAtLevel=1`: on a small machine its JVM then starts with less CPU (the"
-        " test suite uses it). The engine already runs G1: do not name another collector.",
+        " `-XX:TieredStopAtLevel=1 -XX:+UseSerialGC`: on a small machine its JVM then starts"
+        " with less CPU (the test suite uses them). A collector named here replaces the"
+        " engine's G1.",
+    )
+    cdc_class_archive: Path | None = Field(
+        None,
+        description="Class-data archive of the CDC part's Debezium JVM (AppCDS), written by"
+        " `tributary cdc-archive` and `make setup`: the engine maps its classes from it and"
+        " starts with less CPU. Default <venv>/share/tributary/cdc-classes.jsa; a missing or"
+        " stale file is skipped.",
     )
     cdc_publisher: Literal["jvm", "python"] = Field(
         "jvm",

@@ -172,6 +172,7 @@ class SettingsMethods:
         views_metrics_port: int
         views_standby_metrics_port: int
         spark_class_archive: Path | None
+        cdc_class_archive: Path | None
 
     def check_kafka_security(self) -> None:
         """Register every secret (masked from now on), then check that Kafka's security
@@ -270,6 +271,13 @@ class SettingsMethods:
         TRIBUTARY_SCHEMA_REGISTRY_URL)."""
         local = f"http://127.0.0.1:{self.schema_registry_port}"
         return (self.schema_registry_url or local).rstrip("/")
+
+    @property
+    def cdc_class_archive_path(self) -> Path:
+        """The CDC engine's class-data archive (the setting, else beside the packages)."""
+        from cdc.class_archive import default_archive
+
+        return self.cdc_class_archive or default_archive()
 
     @property
     def spark_class_archive_path(self) -> Path:

@@ -129,6 +129,7 @@ FIELDS: dict[str, FieldSpec] = {
     "cdc_java_options": ("str", False, "", ()),
     "cdc_publisher": ("choice", False, "jvm", ("jvm", "python")),
     "spark_class_archive": ("path", True, None, ()),
+    "cdc_class_archive": ("path", True, None, ()),
 }
 
 _INT = re.compile(r"-?[0-9]{1,18}", re.ASCII)

@@ -13,7 +13,6 @@ missing archive changes nothing. ``tributary spark-archive`` writes it; ``make s
 """
 
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -21,8 +20,6 @@ from pathlib import Path
 
 from spark_streaming.errors import StreamingError
 
-# A stale or foreign archive is skipped silently (the JVM would otherwise warn on each start).
-QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 BUILD_TIMEOUT_S = 600.0
 # The representative job, run in a new interpreter (it starts a driver of its own).
 JOB_MODULE = "spark_streaming.class_archive_job"
@@ -32,13 +29,6 @@ def default_archive() -> Path:
     """Where the archive lives unless a setting names another place: beside the interpreter's
     packages (it belongs to the installed Spark and the JDK that wrote it)."""
     return Path(sys.prefix) / "share" / "tributary" / "spark-classes.jsa"
-
-
-def archive_options(archive: Path | None) -> str:
-    """The JVM options that map ``archive`` when it exists; "" when it does not."""
-    if archive is None or not archive.is_file():
-        return ""
-    return f"-XX:SharedArchiveFile={shlex.quote(str(archive))} {QUIET}"
 
 
 def build_archive(archive: Path, java_options: str = "") -> float:

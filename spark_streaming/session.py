@@ -10,9 +10,9 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from spark_streaming.class_archive import archive_options
 from spark_streaming.shipping import ship
 from spark_streaming.worker_python import worker_python
+from tributary.jvm_archive import archive_options
 
 ROCKSDB_STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 

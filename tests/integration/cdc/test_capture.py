@@ -6,6 +6,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -17,6 +18,7 @@ from tests.integration.cdc.conftest import changes_on, sql, topic_length
 from tests.integration.cdc_process import CdcProcess
 from tests.integration.conftest import Endpoints
 from tests.integration.kafka_reading import read_topic, wait_until
+from tests.jvm import CDC_CLASS_ARCHIVE, CDC_JAVA_OPTIONS
 
 Factory = Callable[..., CdcProcess]
 
@@ -139,11 +141,18 @@ def test_a_publish_failure_stops_the_connector_and_skips_nothing(
 
 
 def test_status_and_connector_config_and_slot_cleanup(
-    stack: Endpoints, unique: str, connector_factory: Factory
+    stack: Endpoints, unique: str, connector_factory: Factory, tmp_path: Path
 ) -> None:
+    """Also: the engine's JVM maps its classes from the archive `make setup` wrote
+    (``-Xshare:on``: a JVM that cannot map it does not start at all)."""
+    assert CDC_CLASS_ARCHIVE.is_file(), f"{CDC_CLASS_ARCHIVE} is missing: run `make setup`"
+    loaded = tmp_path / "classes.log"
     table = f"stat_{unique}"
     sql(stack, f"CREATE TABLE {table} (id bigint PRIMARY KEY)")
-    connector = connector_factory([f"public.{table}"])
+    connector = connector_factory(
+        [f"public.{table}"],
+        cdc_java_options=f"{CDC_JAVA_OPTIONS} -Xshare:on -Xlog:class+load=info:file={loaded}",
+    )
     connector.start()
     connector.wait_running()
     sql(stack, f"INSERT INTO {table} VALUES (1)")
@@ -189,6 +198,19 @@ def test_status_and_connector_config_and_slot_cleanup(
             (f"tributary_{connector.name}",),
         ).fetchone()
     assert pubs == (0,)
+    # The engine's classes (Debezium, Kafka's, PostgreSQL's driver) from its jars or the archive
+    engine = [
+        line
+        for line in loaded.read_text().splitlines()
+        if any(f" {package}" in line for package in ENGINE_PACKAGES)
+        and ("source: jar:" in line or "source: file:" in line or "shared objects file" in line)
+    ]
+    from_archive = [line for line in engine if "shared objects file" in line]
+    assert len(from_archive) > 2000, (len(from_archive), len(engine))
+    assert len(from_archive) > 0.9 * len(engine), (len(from_archive), len(engine))
+
+
+ENGINE_PACKAGES = ("io.debezium.", "org.apache.kafka.", "org.postgresql.")
 
 
 def test_replica_identity_full_gives_whole_before_images(
