@@ -2,7 +2,8 @@
 
 Every test that starts Spark (on the session's SparkSession or in a child process:
 `tributary run views`, the demo, a driver of its own) runs in one worker, one after another;
-every other test is its own unit and goes to whichever worker is free. Two Spark drivers at
+so do the tests of a module that build on one another; every other test is its own unit and
+goes to whichever worker is free. Two Spark drivers at
 once on two cores made Spark's Python processes miss their hard-coded 10 s to connect back
 ("Python worker failed to connect back"), and views stopped with it.
 
@@ -26,8 +27,24 @@ SPARK_STARTING = (  # folders, files, or single tests (``file::test``)
 )
 
 
+#: Modules whose tests build on one another through a module-scoped fixture (the stack of
+#: test_stack_lifecycle: up, up again, down): one unit, in file order, in one worker. Spread
+#: over workers, `down` ran on a worker where no `up` had.
+IN_ORDER = ("tests/integration/test_stack_lifecycle.py",)
+
+
 def starts_spark(nodeid: str) -> bool:
     return nodeid.startswith(SPARK_STARTING)
+
+
+def unit_of(nodeid: str) -> str:
+    """The scheduling unit of a test: every Spark test is one; a module of :data:`IN_ORDER`
+    is one; any other test is its own."""
+    if starts_spark(nodeid):
+        return "spark"
+    if nodeid.startswith(IN_ORDER):
+        return nodeid.split("::", 1)[0]
+    return nodeid
 
 
 class SparkApart:
@@ -38,6 +55,6 @@ class SparkApart:
 
         class Scheduling(LoadScopeScheduling):  # type: ignore[misc]
             def _split_scope(self, nodeid: str) -> str:
-                return "spark" if starts_spark(nodeid) else nodeid
+                return unit_of(nodeid)
 
         return Scheduling(config, log)
