@@ -1,5 +1,6 @@
 """A SparkSession sized for Tributary's view jobs."""
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -107,10 +108,13 @@ def spark_session(
     session = builder.getOrCreate()
     if warming is not None:
         try:
-            warming.wait(60)
+            if warming.wait(60) == 0:
+                _warm_marker().touch()
         except subprocess.TimeoutExpired:
             warming.kill()
             warming.wait()
+        except OSError:  # no marker: the next driver warms them again
+            pass
     session.sparkContext.setLogLevel("ERROR")
     if not master.startswith("local"):
         shipped = Path(local_dir, "shipped") if local_dir else None
@@ -119,12 +123,24 @@ def spark_session(
 
 
 def _warm_worker_imports() -> "subprocess.Popen[bytes] | None":
-    """Import what Spark's Python processes import, once per process, beside the JVM's start."""
+    """Import what Spark's Python processes import, beside the JVM's start: once per process,
+    and not again after any driver of this interpreter did since the machine booted (a marker
+    in the temporary folder says so: the files are then in the page cache)."""
     global _warmed
-    if _warmed:
+    if _warmed or _warm_marker().exists():
         return None
     _warmed = True
     code = "; ".join(f"import {module}" for module in WORKER_IMPORTS)
     return subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
+
+
+def _warm_marker() -> Path:
+    """The marker of imports warmed for this interpreter since the machine booted."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:  # (not Linux: once per process)
+        boot = str(os.getpid())
+    key = hashlib.sha256(f"{boot} {sys.executable}".encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"tributary-warmed-{key}"
