@@ -376,8 +376,9 @@ class Settings(SettingsMethods, BaseSettings):
     spark_java_options: str = Field(
         "",
         description="Extra JVM options of the Spark driver and executors (Spark's"
-        " extraJavaOptions), e.g. `-XX:TieredStopAtLevel=1 -XX:+UseSerialGC`: on a small"
-        " machine a driver then starts in about half the time (the test suite uses them).",
+        " extraJavaOptions; and of the stack's own master and workers), e.g."
+        " `-XX:TieredStopAtLevel=1 -XX:+UseSerialGC`: on a small machine a driver then starts"
+        " in about half the time (the test suite uses them).",
     )
     spark_conf: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict,

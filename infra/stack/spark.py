@@ -25,13 +25,16 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).parent
 
 
-def _spark_env(home: Path, work: Path) -> dict[str, str]:
-    return {
+def _spark_env(home: Path, work: Path, java_options: str) -> dict[str, str]:
+    env = {
         "SPARK_HOME": str(home),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOG_DIR": str(work / "logs"),
         "SPARK_NO_DAEMONIZE": "1",
     }
+    if java_options:  # the master's and workers' JVMs (Spark's own variable for its daemons)
+        env["SPARK_DAEMON_JAVA_OPTS"] = java_options
+    return env
 
 
 def _master_state(ui_port: int) -> dict[str, Any] | None:
@@ -49,10 +52,11 @@ def _master_state(ui_port: int) -> dict[str, Any] | None:
 class SparkMasterService(Service):
     name = "spark-master"
 
-    def __init__(self, home: Path, port: int, ui_port: int) -> None:
+    def __init__(self, home: Path, port: int, ui_port: int, java_options: str = "") -> None:
         super().__init__(home)
         self.port = port
         self.ui_port = ui_port
+        self.java_options = java_options  # of the master's and the workers' JVMs
 
     def ports(self) -> dict[int, str]:
         return {
@@ -67,7 +71,7 @@ class SparkMasterService(Service):
         return [spark_home() / "bin" / "spark-class", "java"]
 
     def env(self) -> dict[str, str]:
-        return _spark_env(spark_home(), self.data_dir)
+        return _spark_env(spark_home(), self.data_dir, self.java_options)
 
     def argv(self) -> list[str]:
         return [
@@ -141,7 +145,7 @@ class SparkWorkerService(Service):
 
     def env(self) -> dict[str, str]:
         return {
-            **_spark_env(spark_home(), self.data_dir),
+            **_spark_env(spark_home(), self.data_dir, self.master.java_options),
             "SPARK_WORKER_DIR": str(self.data_dir / "work"),
             # the executors' Python: this interpreter, which imports the installed packages
             "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", _python()),

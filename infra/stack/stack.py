@@ -75,7 +75,10 @@ class LocalStack:
             else None
         )
         self.spark_master = SparkMasterService(
-            self.home, settings.spark_master_port, settings.spark_master_ui_port
+            self.home,
+            settings.spark_master_port,
+            settings.spark_master_ui_port,
+            settings.spark_java_options,
         )
         self._spark_workers = spark_workers
         count = self.spark_master.recorded_workers() if spark_workers is None else spark_workers

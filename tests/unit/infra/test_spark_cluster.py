@@ -40,3 +40,12 @@ def test_the_worker_count_is_kept_for_later_commands(tmp_path: Path) -> None:
     LocalStack(settings, spark_workers=0)._resize_spark(0)
     assert LocalStack(settings).spark == []
     assert os.listdir(tmp_path / "state" / "spark-master") == []
+
+
+def test_the_master_and_workers_get_the_spark_jvm_options(tmp_path: Path) -> None:
+    options = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    settings = load_settings(home=tmp_path / "state", spark_java_options=options)
+    stack = LocalStack(settings, spark_workers=1)
+    assert [svc.env()["SPARK_DAEMON_JAVA_OPTS"] for svc in stack.spark] == [options, options]
+    plain = LocalStack(load_settings(home=tmp_path / "plain", spark_java_options=""), 1)
+    assert all("SPARK_DAEMON_JAVA_OPTS" not in svc.env() for svc in plain.spark)
