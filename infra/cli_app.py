@@ -28,6 +28,8 @@ from tributary.errors import TributaryError
 from tributary.redact import install_log_redaction, redact
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from infra.settings import Settings
 
 
@@ -213,6 +215,25 @@ def settings(light: bool = False) -> "Settings":
         return load_settings()
     except ValidationError as exc:
         fail(f"invalid settings: {settings_problems(exc)}")
+
+
+def write_class_archive(
+    archive: "Path", setting: str, force: bool, build: Callable[["Path"], float]
+) -> None:
+    """`spark-archive` and `cdc-archive`: write ``archive`` with ``build`` unless it exists
+    (``force``: again), and say its size and time; ``setting`` names where it was set."""
+    if archive.is_dir():
+        fail(f"{setting} names a folder ({archive}): name a file")
+    if archive.is_file() and not force:
+        console.print(
+            f"{archive} exists ({archive.stat().st_size / 1e6:.0f} MB); --force rewrites it"
+        )
+        return
+    try:
+        took = build(archive)
+    except TributaryError as exc:
+        fail(exc)
+    console.print(f"{archive}: {archive.stat().st_size / 1e6:.0f} MB, written in {took:.0f} s")
 
 
 def fail(exc: TributaryError | str) -> NoReturn:

@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 
 from connectors.kafka.config import is_secret_property
-from infra.cli_app import JsonFlag, app, console, fail, settings
+from infra.cli_app import JsonFlag, app, console, fail, settings, write_class_archive
 from infra.connector_state import cdc_runtime, cdc_status, wal_line
-from tributary.errors import TributaryError
 from tributary.redact import redact_data
 
 if TYPE_CHECKING:
@@ -127,18 +126,7 @@ def cdc_archive_command(
     from cdc.class_archive import build_archive
 
     archive = settings().cdc_class_archive_path
-    if archive.is_dir():
-        fail(f"TRIBUTARY_CDC_CLASS_ARCHIVE names a folder ({archive}): name a file")
-    if archive.is_file() and not force:
-        console.print(
-            f"{archive} exists ({archive.stat().st_size / 1e6:.0f} MB); --force rewrites it"
-        )
-        return
-    try:
-        took = build_archive(archive)
-    except TributaryError as exc:
-        fail(exc)
-    console.print(f"{archive}: {archive.stat().st_size / 1e6:.0f} MB, written in {took:.0f} s")
+    write_class_archive(archive, "TRIBUTARY_CDC_CLASS_ARCHIVE", force, build_archive)
 
 
 @app.command("cdc-status")

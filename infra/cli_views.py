@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from infra.cli_app import JsonFlag, app, console, err_console, fail, settings
+from infra.cli_app import JsonFlag, app, console, err_console, fail, settings, write_class_archive
 from tributary.errors import TributaryError
 from tributary.redact import redact, redact_data
 
@@ -298,19 +298,12 @@ def spark_archive_command(
     from spark_streaming.class_archive import build_archive
 
     s = settings()
-    archive = s.spark_class_archive_path
-    if archive.is_dir():
-        fail(f"TRIBUTARY_SPARK_CLASS_ARCHIVE names a folder ({archive}): name a file")
-    if archive.is_file() and not force:
-        console.print(
-            f"{archive} exists ({archive.stat().st_size / 1e6:.0f} MB); --force rewrites it"
-        )
-        return
-    try:
-        took = build_archive(archive, s.spark_java_options)
-    except TributaryError as exc:
-        fail(exc)
-    console.print(f"{archive}: {archive.stat().st_size / 1e6:.0f} MB, written in {took:.0f} s")
+    write_class_archive(
+        s.spark_class_archive_path,
+        "TRIBUTARY_SPARK_CLASS_ARCHIVE",
+        force,
+        lambda archive: build_archive(archive, s.spark_java_options),
+    )
 
 
 @app.command("views")
