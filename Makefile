@@ -13,14 +13,10 @@ SPARK_ARCHIVE = $(VENV)/share/tributary/spark-classes.jsa
 # The CDC part's Debezium JVM likewise (cdc/class_archive.py): less CPU at each start.
 CDC_ARCHIVE = $(VENV)/share/tributary/cdc-classes.jsa
 
-.PHONY: setup jvm-files cdc-classes system-packages test unit integration lint demo bench chaos takeover clean \
+.PHONY: setup cdc-classes system-packages test unit integration lint demo bench chaos takeover clean \
 	podman-setup podman-stop images test-containers test-byo
 
-setup: system-packages $(VENV)/.installed jvm-files
-
-# The class archives and the CDC producer's classes, at once: each takes mostly one core.
-jvm-files: $(VENV)/.installed
-	@$(MAKE) --no-print-directory -j3 $(SPARK_ARCHIVE) $(CDC_ARCHIVE) cdc-classes
+setup: system-packages $(VENV)/.installed $(SPARK_ARCHIVE) $(CDC_ARCHIVE) cdc-classes
 
 # The CDC part's Java producer (cdc/java), compiled once per source into the venv (a few seconds;
 # nothing when up to date). The first connector would otherwise compile it.

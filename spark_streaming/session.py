@@ -1,5 +1,6 @@
 """A SparkSession sized for Tributary's view jobs."""
 
+import functools
 import hashlib
 import os
 import subprocess
@@ -136,6 +137,7 @@ def _warm_worker_imports() -> "subprocess.Popen[bytes] | None":
     )
 
 
+@functools.cache
 def _warm_marker() -> Path:
     """The marker of imports warmed for this interpreter since the machine booted."""
     try:

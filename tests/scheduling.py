@@ -3,9 +3,9 @@
 Every test that starts Spark (on the session's SparkSession or in a child process:
 `tributary run views`, the demo, a driver of its own) runs in one worker, one after another;
 so do the tests of a module that build on one another; every other test is its own unit and
-goes to whichever worker is free. Two Spark drivers at
-once on two cores made Spark's Python processes miss their hard-coded 10 s to connect back
-("Python worker failed to connect back"), and views stopped with it.
+goes to whichever worker is free. Two Spark drivers at once on two cores made Spark's Python
+processes miss their hard-coded 10 s to connect back ("Python worker failed to connect
+back"), and views stopped with it.
 
 pytest-xdist's own ``--dist loadgroup`` cannot do it under pytest 9: it marks a group by
 rewriting ``item._nodeid``, which pytest 9 no longer reads, so every ``xdist_group`` mark was
