@@ -32,6 +32,7 @@ cannot be reached, a lost connection, a missing schema) stops :meth:`CommandProc
 the message was not handled, and a restarted processor reads it again.
 """
 
+import contextlib
 import json
 import logging
 import threading
@@ -40,7 +41,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import sqlalchemy.exc
-from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError as ClientError
 
 from connectors.errors import KafkaError, TopicRewoundError
 from connectors.kafka import KafkaConfig
@@ -140,8 +142,15 @@ PROCESSOR_CONSUMER: dict[str, ClientValue] = {
     "enable.auto.offset.store": False,
 }
 PROCESSOR_FETCH_WAIT_MS = 50
-PROCESSOR_PRODUCER: dict[str, ClientValue] = {**IDEMPOTENT, "linger.ms": 5}
+PROCESSOR_LINGER_MS = 5
+PROCESSOR_PRODUCER: dict[str, ClientValue] = {**IDEMPOTENT, "linger.ms": PROCESSOR_LINGER_MS}
 PROCESSOR_BATCH = 500  # most commands handled per batch
+#: What a broker answers a producer that a newer one of its ``transactional.id`` replaced.
+PRODUCER_FENCED = (
+    ClientError._FENCED,
+    ClientError.PRODUCER_FENCED,
+    ClientError.INVALID_PRODUCER_EPOCH,
+)
 
 
 class CommandProcessor:
@@ -161,10 +170,16 @@ class CommandProcessor:
     more for it. The result of a command read from partition ``p`` goes to partition
     ``p mod n`` of ``command-results`` (``n`` its partitions): the results a partition's
     owners published are on one partition, so a new owner reads only that one to learn which
-    results its predecessor published after its last stored batch. (Not fenced: a result a
-    paused processor had handed to its producer but not yet sent goes out when it wakes; if
-    the new owner read the partition before that, the command is answered twice, never
-    stored twice.)
+    results its predecessor published after its last stored batch.
+
+    With an ownership, the results of each owned partition go through a transactional producer
+    of that partition (``transactional.id``: the group, the topic and the partition), one
+    transaction per batch, committed before the batch's positions are stored. A processor
+    taking a partition initialises that producer first (``init_transactions``), which fences
+    the previous owner's: a result a paused owner had handed to its producer but not yet sent
+    is refused when it wakes (``PRODUCER_FENCED``) instead of answering the command a second
+    time after the new owner did; on Kafka, what it sent in a transaction it never committed is
+    aborted, and ``read_committed`` readers (librdkafka's default) never see it.
     """
 
     def __init__(
@@ -178,6 +193,7 @@ class CommandProcessor:
         observer: CommandObserver | None = None,
         ownership: "Ownership | None" = None,
         rebalance_every_s: float = 0.5,
+        linger_ms: int = PROCESSOR_LINGER_MS,
     ) -> None:
         self.bus = bus
         self.group = consumer_name
@@ -198,7 +214,10 @@ class CommandProcessor:
             PROCESSOR_FETCH_WAIT_MS,
             f"command processor {consumer_name}",
         )
-        self._producer = Producer(kafka.client_properties(**PROCESSOR_PRODUCER))
+        self._producer_properties = {**PROCESSOR_PRODUCER, "linger.ms": linger_ms}
+        self._producer = Producer(kafka.client_properties(**self._producer_properties))
+        # with an ownership: per owned partition, its results' transactional producer
+        self._producers: dict[int, Producer] = {}
         self._partitions = list(partitions) if partitions is not None else None
         self._assigned = False
         self._results_partitions = 0
@@ -237,7 +256,7 @@ class CommandProcessor:
         next_offsets: dict[int, int] = {}
         fenced: set[int] = set()
         handled = 0
-        deliveries = Deliveries()
+        deliveries: dict[int, Deliveries] = {}  # per commands partition of the batch
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -264,26 +283,72 @@ class CommandProcessor:
             if key is not None and key in published:
                 published.discard(key)  # published before a crash: not twice
             else:
-                self._producer.produce(
+                producer = self._producer_of(partition, partition not in deliveries)
+                producer.produce(
                     self.topics.results,
                     key=key,
                     value=json.dumps(result.to_json()).encode(),
                     partition=self._results_partition(partition),
-                    on_delivery=deliveries,
+                    on_delivery=deliveries.setdefault(partition, Deliveries()),
                 )
-                self._producer.poll(0)
+                producer.poll(0)
             next_offsets[partition] = offset + 1
             handled += 1
-        if next_offsets:
-            failure = deliveries.confirm(self._producer, 30)
-            if failure is not None:  # not acknowledged: stop before saving positions, re-read
-                raise KafkaError(f"results not delivered to {self.topics.results}: {failure}")
-        ends = {p: end for (t, p), end in deliveries.ends.items() if t == self.topics.results}
+        ends = self._confirm(deliveries, fenced)
         saved = self._save(next_offsets, ends, fenced)
         self._drop(fenced)
         self._commit_group(saved)
         self.handled += handled
         return handled
+
+    def _producer_of(self, partition: int, first: bool) -> Producer:
+        """The producer of ``partition``'s results; with an ownership, its transactional
+        producer, in a transaction begun with the batch's ``first`` result of the partition."""
+        if self.ownership is None:
+            return self._producer
+        producer = self._producers[partition]
+        if first:
+            producer.begin_transaction()
+        return producer
+
+    def _confirm(self, deliveries: dict[int, Deliveries], fenced: set[int]) -> dict[int, int]:
+        """Every result of the batch acknowledged (with an ownership: each partition's
+        transaction committed); returns the end of the batch's results per results partition.
+        A partition whose producer was fenced (a new owner took it) is added to ``fenced``.
+        Raises :class:`KafkaError` when results were not delivered: the batch is read again."""
+        ends: dict[int, int] = {}
+        for partition, batch in deliveries.items():
+            if self.ownership is None:
+                failure = batch.confirm(self._producer, 30)
+            else:
+                failure = self._commit(partition, batch)
+                if failure is None and partition not in self._producers:
+                    fenced.add(partition)
+                    continue
+            if failure is not None:  # not acknowledged: stop before saving positions, re-read
+                raise KafkaError(f"results not delivered to {self.topics.results}: {failure}")
+            for (topic, p), end in batch.ends.items():
+                if topic == self.topics.results:
+                    ends[p] = max(ends.get(p, 0), end)
+        return ends
+
+    def _commit(self, partition: int, batch: Deliveries) -> str | None:
+        """Commit ``partition``'s transaction; None when committed, or when the producer was
+        fenced (then it is dropped); else why not (the transaction aborted)."""
+        producer = self._producers[partition]
+        try:
+            producer.commit_transaction(30)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() in PRODUCER_FENCED or error.fatal():
+                log.warning("partition %d lost, its results refused: %s", partition, error.str())
+                del self._producers[partition]
+                return None
+            if error.txn_requires_abort():
+                with contextlib.suppress(KafkaException):
+                    producer.abort_transaction(30)
+            return str(error.str())
+        return batch.failures[0] if batch.failures else None
 
     def _fence(self, partition: int) -> Fence | None:
         return None if self.ownership is None else self.ownership.fence(partition)
@@ -383,6 +448,9 @@ class CommandProcessor:
         with self.bus.store.engine.connect() as conn:
             stored = self.positions.load(conn, topic)
             marks = self.positions.load(conn, self.topics.results)
+        if self.ownership is not None:
+            for p in partitions:  # fence the previous owners' results before reading them
+                self._producers[p] = self._transactional_producer(p)
         for p in partitions:
             # (a position without a mark: saved by an older version, which kept no marks)
             if p in marks or p not in stored:
@@ -405,7 +473,26 @@ class CommandProcessor:
         self._reading -= gone
         for p in gone:
             self._published.pop(p, None)
+            self._producers.pop(p, None)
         log.info("%s: stopped reading partitions %s", self.group, sorted(gone))
+
+    def _transactional_producer(self, partition: int) -> Producer:
+        """``partition``'s results producer, initialised: any earlier producer of the partition
+        (its previous owner's) is fenced from now on."""
+        txn_id = f"{self.group}.{self.topics.commands}.{partition}"
+        producer = Producer(
+            self.kafka.client_properties(
+                **self._producer_properties, **{"transactional.id": txn_id}
+            )
+        )
+        try:
+            producer.init_transactions(30)
+        except KafkaException as exc:
+            raise KafkaError(
+                f"results producer of partition {partition} not ready: {exc.args[0].str()}",
+                exc.args[0].name(),
+            ) from exc
+        return producer
 
     def _published_since(self, partition: int, mark: int | None) -> set[bytes]:
         """The keys of the results its partition of the results topic gained after the last

@@ -62,6 +62,7 @@ def run_commands(s: "Settings", metrics_port: int | None = None) -> None:
         consumer_name=s.command_processor_name,
         observer=counts.observe,
         ownership=ownership,
+        linger_ms=s.command_results_linger_ms,
     )
 
     def stop(signum: int, frame: FrameType | None) -> None:

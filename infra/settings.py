@@ -260,6 +260,14 @@ class Settings(SettingsMethods, BaseSettings):
         " hangs) before its heartbeat stops and its partitions expire to the others (Kafka's"
         " max.poll.interval.ms).",
     )
+    command_results_linger_ms: int = Field(
+        5,
+        ge=0,
+        le=30_000,
+        description="Milliseconds the command processor's results producer waits to batch"
+        " results (librdkafka's linger.ms; at most 30000, half its transactions' timeout); a"
+        " batch's results are sent at its end anyway.",
+    )
     command_handlers: str = Field(
         "examples.social:social_registry",
         description="module:factory returning the CommandRegistry the processor serves.",

@@ -1,7 +1,8 @@
 """Several command processors (`tributary run commands`, each its own process) divide the
 partitions of ``commands``: each partition has one owner, a joining processor takes a share, a
 ``kill -9``-ed one loses its partitions at once, a paused one (SIGSTOP) after the timeout and,
-when it wakes (SIGCONT), its append is refused by the fence. Every command is answered once
+when it wakes (SIGCONT), its append and its results are refused by the fences (PostgreSQL's and
+its partitions' transactional results producers). Every command is answered once
 and stored once (checked against the event store), the topic's and those sent over HTTP
 (`POST /commands` of `tributary serve`, beside the processors) alike."""
 
@@ -280,7 +281,7 @@ def _each_once(
 
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("fleet", [10.0], indirect=True)
-def test_processors_divide_the_partitions_and_a_killed_one_loses_its_share(
+def test_processors_divide_the_partitions_a_killed_one_and_a_paused_one_lose_their_share(
     fleet: Fleet,
 ) -> None:
     results = Results(fleet.settings, "processors-results", fetch_wait_ms=10)
@@ -336,7 +337,30 @@ def test_processors_divide_the_partitions_and_a_killed_one_loses_its_share(
         assert shown == fleet.owners() and row["state"] == "2 processor(s)", row
         # the member's lock dies with it: no waiting out the 10 s timeout
         assert taken_s < fleet.settings.command_owner_timeout_s / 2, fleet.logs()
-        time.sleep(3.0)
+        time.sleep(2.0)
+        # Then a survivor paused (SIGSTOP) past the timeout, under load: the other takes its
+        # partitions; woken (SIGCONT), it is fenced (appends and results alike) and the
+        # partitions are divided again.
+        frozen, other = sorted(survivors)
+        os.kill(frozen, signal.SIGSTOP)
+        stopped = time.monotonic()
+        poll_until(
+            lambda: fleet.shares() == Counter({other: PARTITIONS}),
+            60,
+            "the paused processor's partitions owned by the other",
+            0.1,
+        )
+        paused_s = time.monotonic() - stopped
+        print(f"partitions of the paused processor owned again after {paused_s:.2f} s")
+        assert paused_s > fleet.settings.command_owner_timeout_s / 2  # its lock stayed open
+        os.kill(frozen, signal.SIGCONT)
+        poll_until(
+            lambda: fleet.shares() == Counter({frozen: 2, other: 2}),
+            60,
+            "the partitions divided again after the wake-up",
+            0.25,
+        )
+        time.sleep(2.0)
         sender.halt.set()
         http.halt.set()
         sender.join(30)
@@ -370,22 +394,29 @@ def test_a_paused_processor_loses_its_partitions_and_its_append_is_refused_when_
     marks = tmp_path / "marks"
     marks.mkdir()
     topics = command_topics(fleet.settings)
+    # Results wait in the producer until the end of their batch: the paused processor still
+    # holds the result of the command before the nap when the new owner answers it.
+    fleet.env["TRIBUTARY_COMMAND_RESULTS_LINGER_MS"] = "20000"
     try:
         first, second = fleet.start_two()
-        # A command that naps 8 s in its handler, on a partition of the first processor.
+        # A command, then one that naps 8 s in its handler, in one batch of one partition of
+        # the first processor.
         partition = next(p for p, (pid, _) in sorted(fleet.owners().items()) if pid == first.pid)
         epoch = fleet.owners()[partition][1]
+        before_id = f"before-{uuid.uuid4()}"
         nap_id = f"nap-{uuid.uuid4()}"
         data = {"post_id": 500, "author_id": 1, "nap_s": 8.0, "marks": str(marks)}
         # hung: the new owner must not hang too (it would lose the partition in turn)
         data["nap_once"] = pause == "hung"
+        before = {"post_id": 501, "author_id": 2, "text": "post 501"}
         producer = Producer(fleet.settings.kafka("test-sender").client_properties())
-        producer.produce(
-            topics.commands,
-            key=b"post-500",
-            value=CommandEnvelope(nap_id, "NapPost", data).to_json(),
-            partition=partition,
-        )
+        for key, envelope in (
+            (b"post-501", CommandEnvelope(before_id, "CreatePost", before)),
+            (b"post-500", CommandEnvelope(nap_id, "NapPost", data)),
+        ):
+            producer.produce(
+                topics.commands, key=key, value=envelope.to_json(), partition=partition
+            )
         assert producer.flush(30) == 0
         poll_until(
             lambda: (marks / f"500-{first.pid}").exists(), 60, "the first processor napping", 0.05
@@ -444,6 +475,8 @@ def test_a_paused_processor_loses_its_partitions_and_its_append_is_refused_when_
         sender.halt.set()
         sender.join(30)
         assert not sender.errors, sender.errors
-        _each_once(fleet, results, {**sender.sent, nap_id: 500}, 120)
+        # the result of the command before the nap, held by the paused processor's producer
+        # when the new owner answered it, was refused when it woke (the producer was fenced)
+        _each_once(fleet, results, {**sender.sent, before_id: 501, nap_id: 500}, 120)
     finally:
         results.halt.set()
