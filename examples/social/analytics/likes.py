@@ -22,6 +22,7 @@ from connectors.stores.pg_tables import TypedColumn
 from examples.social.analytics.common import (
     AnalyticsConfig,
     Layout,
+    forgotten_held,
     late_counter,
     read_rows,
     stores,
@@ -31,8 +32,10 @@ from examples.social.analytics.common import (
 from examples.social.analytics.inputs import decoder, inputs
 from examples.social.analytics.stateful import (
     FOLDED_FIELDS,
+    FORGOTTEN,
     LATE_INPUT,
     Revisions,
+    forgotten_users,
     iso,
     late_values,
     put_values,
@@ -98,7 +101,10 @@ def _processor(retention_ms: int, job: str) -> Any:
         """Per user: the profile's versions and the halves of likes naming the user; each
         half published with the version valid at the like's time, again when a later-arriving
         version changes that answer. Records beyond the allowed lateness and refused ones pass
-        through as the job's ``late`` entries and dead letters."""
+        through as the job's ``late`` entries and dead letters; a user's ``SubjectForgotten``
+        empties the user's state (profile versions and halves) and passes through as the
+        job's ``forgotten`` entry, by which the store's materializer purges the likes naming
+        the user."""
 
         def init(self, handle: Any) -> None:
             self.handle = handle
@@ -111,14 +117,20 @@ def _processor(retention_ms: int, job: str) -> Any:
             frame = pd.concat(list(rows), ignore_index=True)
             passing = frame["role"] == "late"
             late = late_values(frame[passing], job)
+            forgotten = user in forgotten_users(frame[passing])
             frame = frame[~passing]
-            # The chained join drops rows older than the watermark: never stamp below it.
+            if forgotten:  # nothing of the user's is kept, nor published again
+                self.versions.clear()
+                self.likes.clear()
+                frame = frame[0:0]
+            # The chained join refuses a row at or below the watermark (a batch that does not
+            # move it, the first one of a replay among them): stamp every row above it.
             watermark = int(timerValues.getCurrentWatermarkInMs())
             out = self._halves(user, frame, watermark) if len(frame) else []
             if out or late:
                 result = pd.DataFrame(out + late, columns=[*FOLDED_FIELDS, "ts"])
                 result["ts"] = pd.to_datetime(
-                    result["ts"].fillna(watermark).astype("int64"), unit="ms"
+                    result["ts"].fillna(watermark + 1).astype("int64"), unit="ms"
                 )
                 for name in ("position", "partition", "offset"):
                     result[name] = result[name].astype("Int64")
@@ -169,7 +181,7 @@ def _processor(retention_ms: int, job: str) -> Any:
                 values = put_values(
                     PARTS, part, self.revisions.next(), _part_fields(like_id, like, user, version)
                 )
-                values["ts"] = max(like[4], watermark)
+                values["ts"] = max(like[4], watermark + 1)
                 out.append(values)
                 self.likes.updateValue((part,), (*like, lsn))
             self.revisions.save()
@@ -317,7 +329,10 @@ def likes_fold(config: AnalyticsConfig, job: str) -> Any:
         likes = (F.col("kind") == "like") & ~F.col("beyond") & F.col("error").isNull()
         # One chain (a second branch off the source would read the topics again): the late and
         # refused records go through the processor too, as role "late".
-        keyed = ev.where(users | (F.col("kind") == "like") | F.col("error").isNotNull()).select(
+        # A user's SubjectForgotten goes to the user's key as a passing ("late") row.
+        keyed = ev.where(
+            users | F.col("kind").isin("like", FORGOTTEN) | F.col("error").isNotNull()
+        ).select(
             F.explode(
                 F.when(
                     likes,
@@ -378,6 +393,10 @@ def likes_fold(config: AnalyticsConfig, job: str) -> Any:
     return fold
 
 
+#: The outputs naming a user (purged when the user is forgotten).
+HOLDERS = {LIKES: ("liker_id", "author_id")}
+
+
 def likes_view(config: AnalyticsConfig) -> View:
     job = "likes"
     layouts: list[Layout] = [
@@ -398,7 +417,7 @@ def likes_view(config: AnalyticsConfig) -> View:
             TypedColumn("author_version", "bigint"),
         ),
     ]
-    store, also = stores(config, job, layouts, LIKES)
+    store, also = stores(config, job, layouts, LIKES, holders=HOLDERS)
 
     def likes(post_id: int, limit: int = 100) -> list[dict[str, Any]]:
         rows = read_rows(
@@ -419,12 +438,13 @@ def likes_view(config: AnalyticsConfig) -> View:
     return View(
         name=config.name(job),
         decode=decoder(config.kinds(), config.registry_url),
-        topics=(config.posts_topic, config.users_topic),
+        topics=(config.posts_topic, config.users_topic, config.subjects_topic),
         fold=likes_fold(config, job),
         store=store,
         also=also,
         stateful=True,
         metrics=late_counter(config, store),
+        verify=lambda: forgotten_held(config, store, HOLDERS),
         description="likes with the liker's and the author's profile as of the like",
         queries=(
             Query(

@@ -40,7 +40,7 @@ import pytest
 from psycopg import sql
 
 from connectors.stores.postgres import PostgresStore
-from examples.social.analytics import AnalyticsConfig, alerts, corrected, ctr, sessions
+from examples.social.analytics import AnalyticsConfig, alerts, corrected, ctr, likes, sessions
 from examples.social.analytics.stateful import FORGOTTEN
 from examples.social.analytics.windows import HLL_RSD
 from infra.view_queries import cli_arguments, declared_queries
@@ -356,6 +356,7 @@ HOLDERS: dict[str, Mapping[str, Sequence[str]]] = {
     "sessions": sessions.HOLDERS,
     "ctr": ctr.HOLDERS,
     "alerts": alerts.HOLDERS,
+    "likes": likes.HOLDERS,
 }
 
 
