@@ -334,13 +334,14 @@ class CommandProcessor:
 
     def _commit(self, partition: int, batch: Deliveries) -> str | None:
         """Commit ``partition``'s transaction; None when committed, or when the producer was
-        fenced (then it is dropped); else why not (the transaction aborted)."""
+        fenced (then it is dropped: a new owner has the partition); else why not (the
+        transaction aborted, or the producer failed otherwise)."""
         producer = self._producers[partition]
         try:
             producer.commit_transaction(30)
         except KafkaException as exc:
             error = exc.args[0]
-            if error.code() in PRODUCER_FENCED or error.fatal():
+            if error.code() in PRODUCER_FENCED:
                 log.warning("partition %d lost, its results refused: %s", partition, error.str())
                 del self._producers[partition]
                 return None
