@@ -63,6 +63,7 @@ def run_commands(s: "Settings", metrics_port: int | None = None) -> None:
         observer=counts.observe,
         ownership=ownership,
         linger_ms=s.command_results_linger_ms,
+        exactly_once=s.command_results_exactly_once,
     )
 
     def stop(signum: int, frame: FrameType | None) -> None:

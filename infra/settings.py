@@ -268,6 +268,13 @@ class Settings(SettingsMethods, BaseSettings):
         " results (librdkafka's linger.ms; at most 30000, half its transactions' timeout); a"
         " batch's results are sent at its end anyway.",
     )
+    command_results_exactly_once: bool = Field(
+        False,
+        description="Each command processor's results go through a transactional producer per"
+        " owned partition, fenced by the next owner: a paused processor's held result is"
+        " refused when it wakes, never a second answer (Kafka Streams' exactly_once_v2; adds"
+        " about a second to a take-over).",
+    )
     command_handlers: str = Field(
         "examples.social:social_registry",
         description="module:factory returning the CommandRegistry the processor serves.",

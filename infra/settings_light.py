@@ -96,6 +96,7 @@ FIELDS: dict[str, FieldSpec] = {
     "command_owner_timeout_s": ("float", False, 10.0, (("gt", 0),)),
     "command_max_poll_interval_s": ("float", False, 300.0, (("gt", 0),)),
     "command_results_linger_ms": ("int", False, 5, (("ge", 0), ("le", 30_000))),
+    "command_results_exactly_once": ("bool", False, False, ()),
     "command_handlers": ("str", False, "examples.social:social_registry", ()),
     "cli_plugins": ("str", False, "examples.social.activity_cli:activity_app", ()),
     "demo": ("str", False, "examples.social.demo:run_demo", ()),

@@ -124,6 +124,7 @@ def fleet(
         "command_handlers": "tests.integration.event_store.napping:napping_registry",
         "command_owner_timeout_s": float(timeout),
         "command_max_poll_interval_s": float(max_poll),
+        "command_results_exactly_once": True,
     }
     settings = load_settings(**values)
     env = {**os.environ, **{f"TRIBUTARY_{k.upper()}": str(v) for k, v in values.items()}}
