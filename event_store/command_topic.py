@@ -223,7 +223,7 @@ class CommandProcessor:
         )
         self._producer_properties = {**PROCESSOR_PRODUCER, "linger.ms": linger_ms}
         self._producer = Producer(kafka.client_properties(**self._producer_properties))
-        # with an ownership: per owned partition, its results' transactional producer
+        # with exactly_once: per owned partition, its results' transactional producer
         self._producers: dict[int, Producer] = {}
         self._partitions = list(partitions) if partitions is not None else None
         self._assigned = False
@@ -309,7 +309,7 @@ class CommandProcessor:
         return handled
 
     def _producer_of(self, partition: int, first: bool) -> Producer:
-        """The producer of ``partition``'s results; with an ownership, its transactional
+        """The producer of ``partition``'s results; with ``exactly_once``, its transactional
         producer, in a transaction begun with the batch's ``first`` result of the partition."""
         if not self.exactly_once:
             return self._producer
@@ -319,7 +319,7 @@ class CommandProcessor:
         return producer
 
     def _confirm(self, deliveries: dict[int, Deliveries], fenced: set[int]) -> dict[int, int]:
-        """Every result of the batch acknowledged (with an ownership: each partition's
+        """Every result of the batch acknowledged (with ``exactly_once``: each partition's
         transaction committed); returns the end of the batch's results per results partition.
         A partition whose producer was fenced (a new owner took it) is added to ``fenced``.
         Raises :class:`KafkaError` when results were not delivered: the batch is read again."""
@@ -456,8 +456,8 @@ class CommandProcessor:
         with self.bus.store.engine.connect() as conn:
             stored = self.positions.load(conn, topic)
             marks = self.positions.load(conn, self.topics.results)
-        if self.exactly_once:  # fence the previous owners' results before reading
-            # them; side by side, as each producer's first requests wait on the broker
+        if self.exactly_once and partitions:  # fence the previous owners' results before
+            # reading them; side by side, as each producer's first requests wait on the broker
             with ThreadPoolExecutor(len(partitions), "results-producers") as pool:
                 ready = pool.map(self._transactional_producer, partitions)
                 self._producers.update(zip(partitions, ready, strict=True))
