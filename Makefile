@@ -13,14 +13,19 @@ SPARK_ARCHIVE = $(VENV)/share/tributary/spark-classes.jsa
 # The CDC part's Debezium JVM likewise (cdc/class_archive.py): less CPU at each start.
 CDC_ARCHIVE = $(VENV)/share/tributary/cdc-classes.jsa
 
-.PHONY: setup cdc-classes system-packages test unit integration lint demo bench chaos takeover clean \
+.PHONY: setup setup-steps cdc-classes system-packages test unit integration lint demo bench chaos takeover clean \
 	podman-setup podman-stop images test-containers test-byo
 
-setup: system-packages $(VENV)/.installed $(SPARK_ARCHIVE) $(CDC_ARCHIVE) cdc-classes
+# The steps two at a time (a fresh machine: apt beside the Python environment, then the Spark
+# archive beside the CDC one and the CDC classes), each step's output kept together.
+setup:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target setup-steps
+
+setup-steps: system-packages $(VENV)/.installed $(SPARK_ARCHIVE) $(CDC_ARCHIVE) cdc-classes
 
 # The CDC part's Java producer (cdc/java), compiled once per source into the venv (a few seconds;
 # nothing when up to date). The first connector would otherwise compile it.
-cdc-classes: $(VENV)/.installed
+cdc-classes: $(VENV)/.installed | system-packages
 	@$(BIN)/python -c "from cdc.jvm_publisher import compiled_classes; print('cdc classes:', compiled_classes())"
 
 # Debian packages, installed only when missing (idempotent).
@@ -50,10 +55,10 @@ $(VENV)/.installed: pyproject.toml
 	fi
 	touch $@
 
-$(SPARK_ARCHIVE): $(VENV)/.installed
+$(SPARK_ARCHIVE): $(VENV)/.installed | system-packages
 	TRIBUTARY_SPARK_JAVA_OPTIONS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" $(BIN)/tributary spark-archive --force || echo "warning: no Spark class archive; drivers start without it"
 
-$(CDC_ARCHIVE): $(VENV)/.installed cdc/java/engine.classlist
+$(CDC_ARCHIVE): $(VENV)/.installed cdc/java/engine.classlist | system-packages
 	$(BIN)/tributary cdc-archive --force || echo "warning: no CDC class archive; connectors start without it"
 
 # The take-over test (kill -9 of the command processor, then of the views process, under load)
