@@ -326,7 +326,7 @@ def test_jobs_equal_the_reference_live_and_replayed_in_one_batch(
     churn = [key for key, f in alerts.items() if f["kind"] == "churn"]
     assert churn and all(applied_counts(lab.views["alerts"], "alerts")[k] == 1 for k in churn)
 
-    forget_the_busiest_user(spark, lab, views)
+    forget_the_busiest_user(spark, lab)
 
     # A replay from offset zero in one batch (the forget with it) holds what the live runs
     # hold: the reference, without the forgotten user. It is compared before the swap.
@@ -365,7 +365,7 @@ def naming(entries: dict[str, dict[str, Any]], fields: Sequence[str], user: int)
     return {key for key, f in entries.items() if user in {f.get(name) for name in fields}}
 
 
-def forget_the_busiest_user(spark: Any, lab: Lab, views: list[View]) -> None:
+def forget_the_busiest_user(spark: Any, lab: Lab) -> None:
     """The jobs whose outputs name users read the ``SubjectForgotten`` of the busiest user from
     ``events.subject``: the one micro-batch that carries it deletes every output entry naming
     the user (as user, follower or followee; in PostgreSQL and on the ``analytics.*`` topics
@@ -387,7 +387,9 @@ def forget_the_busiest_user(spark: Any, lab: Lab, views: list[View]) -> None:
     assert all(view.verify() == [] for view in jobs.values())  # nobody forgotten yet
 
     AnalyticsFeed(lab.config).write_forgotten(user, T0 + 3 * 3_600_000)
-    runs = run_jobs(spark, views, lab.config.kafka, lab.options(LIVE_BATCH))
+    # Only these jobs read the subjects topic; the others have nothing new to read (the replay
+    # below, from offset zero with the forget in it, still equals their live generation).
+    runs = run_jobs(spark, list(jobs.values()), lab.config.kafka, lab.options(LIVE_BATCH))
     for name, view in jobs.items():
         carrying = [r for r in runs[view.name].reports if r.records]
         assert len(carrying) == 1, (name, carrying)  # the forget came in one micro-batch
