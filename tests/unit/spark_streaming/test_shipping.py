@@ -28,6 +28,13 @@ def test_the_packages_are_the_distribution_s() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
     assert set(PACKAGES) == {name.removesuffix("*") for name in include}
+    # and the Makefile's, which `make setup` compiles to bytecode
+    (line,) = [
+        ln
+        for ln in (ROOT / "Makefile").read_text().splitlines()
+        if ln.startswith("PROJECT_PACKAGES")
+    ]
+    assert set(line.split("=", 1)[1].split()) == set(PACKAGES)
 
 
 def test_every_module_of_every_package_and_nothing_else(tmp_path: Path) -> None:
