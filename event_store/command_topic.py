@@ -200,6 +200,11 @@ class CommandProcessor:
         linger_ms: int = PROCESSOR_LINGER_MS,
         exactly_once: bool = False,
     ) -> None:
+        if exactly_once and ownership is None:  # it fences through the partitions' owners
+            raise EventStoreError(
+                "exactly_once needs an ownership: the transactional producer of a partition is"
+                " initialised by the processor that takes it (pass ownership=...)"
+            )
         self.bus = bus
         self.group = consumer_name
         self.observer = observer
@@ -211,7 +216,7 @@ class CommandProcessor:
         self.handled = 0
         self.ownership = ownership
         #: results through a transactional producer per owned partition (needs an ownership)
-        self.exactly_once = exactly_once and ownership is not None
+        self.exactly_once = exactly_once
         self.rebalance_every_s = rebalance_every_s
         self._next_rebalance = 0.0
         self._stop = threading.Event()
