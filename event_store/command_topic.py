@@ -174,7 +174,8 @@ class CommandProcessor:
     results its predecessor published after its last stored batch.
 
     With an ownership and ``exactly_once`` (an opt-in, as Kafka Streams' ``exactly_once_v2``
-    is: it adds about a second to a take-over, measured), the results of each owned partition
+    is: it adds about a second to a take-over, measured; librdkafka's fixed 500 ms retry of the
+    producer id, see :meth:`_transactional_producer`), the results of each owned partition
     go through a transactional producer of that partition (``transactional.id``: the group,
     the topic and the partition), one transaction per batch, committed before the batch's
     positions are stored. A processor taking a partition initialises that producer first
@@ -501,9 +502,10 @@ class CommandProcessor:
             )
         )
         try:
-            # a broker connection first: without one, librdkafka asks the producer id only
-            # after its 500 ms retry timer (measured: 0.06 s this way, else 0.06 or 0.5 s)
-            producer.list_topics(self.topics.results, timeout=15)
+            # 0.06 s, or 0.5 s in about half the cases: librdkafka asks for the producer id
+            # again on a fixed 500 ms timer when the transaction coordinator's connection is not
+            # up yet (rdkafka_idempotence.c), and a metadata request first does not change it
+            # (bench/txn_init.py). A new owner waits for the slowest of its partitions.
             producer.init_transactions(30)
         except KafkaException as exc:
             raise KafkaError(
