@@ -48,6 +48,7 @@ from examples.social.analytics.stateful import (
 from projections.folding import FOLDED_DDL
 from projections.time import MINUTE_MS, window_key
 from projections.view import Query, QueryParam, View
+from spark_streaming.deferred_processor import DeferredProcessor
 
 ALERTS = "alerts"
 BURST_POSTS = 5
@@ -270,7 +271,7 @@ def alerts_fold(config: AnalyticsConfig, job: str) -> Any:
             *LATE_INPUT,
         )
         return picked.groupBy("uid").transformWithStateInPandas(
-            _processor(config.name(job)), FOLDED_DDL, "Append", "EventTime"
+            DeferredProcessor.of(_processor, config.name(job)), FOLDED_DDL, "Append", "EventTime"
         )
 
     return fold

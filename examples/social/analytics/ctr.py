@@ -44,6 +44,7 @@ from examples.social.analytics.stateful import FOLDED_FIELDS, FORGOTTEN, LATE_IN
 from projections.folding import FOLDED_DDL
 from projections.time import HOUR_MS, iso_ms, window_key
 from projections.view import Query, QueryParam, View
+from spark_streaming.deferred_processor import DeferredProcessor
 from tributary.view_store import Collection
 
 SEARCHES, CLICKS, QUERIES = "searches", "clicks", "queries"
@@ -703,7 +704,7 @@ def ctr_fold(config: AnalyticsConfig, job: str) -> Any:
             )
             .groupBy("p")
             .transformWithStateInPandas(
-                _processor(allowed_ms, config.name(job)),
+                DeferredProcessor.of(_processor, allowed_ms, config.name(job)),
                 OUTPUT_DDL,
                 "Append",
                 "EventTime",
@@ -716,7 +717,9 @@ def ctr_fold(config: AnalyticsConfig, job: str) -> Any:
         return (
             steps.withColumn("bucket", bucket)
             .groupBy("bucket")
-            .transformWithStateInPandas(_totals_processor(), FOLDED_DDL, "Append", "None")
+            .transformWithStateInPandas(
+                DeferredProcessor.of(_totals_processor), FOLDED_DDL, "Append", "None"
+            )
         )
 
     return fold

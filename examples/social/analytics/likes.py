@@ -44,6 +44,7 @@ from examples.social.analytics.stateful import (
 from projections.folding import FOLDED_DDL
 from projections.time import window_key
 from projections.view import Query, QueryParam, View
+from spark_streaming.deferred_processor import DeferredProcessor
 
 PARTS, LIKES = "like_parts", "likes"
 ROLES = ("liker", "author")
@@ -371,7 +372,7 @@ def likes_fold(config: AnalyticsConfig, job: str) -> Any:
             rows.drop("who")
             .groupBy("uid")
             .transformWithStateInPandas(
-                _processor(retention_ms, config.name(job)),
+                DeferredProcessor.of(_processor, retention_ms, config.name(job)),
                 f"{FOLDED_DDL}, ts timestamp",
                 "Append",
                 "EventTime",
@@ -386,7 +387,10 @@ def likes_fold(config: AnalyticsConfig, job: str) -> Any:
             halves.withColumn("bucket", bucket)
             .groupBy("bucket")
             .transformWithStateInPandas(
-                _join_processor(retention_ms), FOLDED_DDL, "Append", "EventTime"
+                DeferredProcessor.of(_join_processor, retention_ms),
+                FOLDED_DDL,
+                "Append",
+                "EventTime",
             )
         )
 

@@ -44,6 +44,7 @@ from examples.social.analytics.stateful import (
 from projections.folding import FOLDED_DDL
 from projections.time import MINUTE_MS, window_key
 from projections.view import Query, QueryParam, View
+from spark_streaming.deferred_processor import DeferredProcessor
 
 GAP_MS = 30 * MINUTE_MS
 SESSIONS = "sessions"
@@ -261,7 +262,10 @@ def sessions_fold(config: AnalyticsConfig, job: str, gap_ms: int = GAP_MS) -> An
             )
             .groupBy("bucket")
             .transformWithStateInPandas(
-                _processor(gap_ms, config.name(job)), FOLDED_DDL, "Append", "EventTime"
+                DeferredProcessor.of(_processor, gap_ms, config.name(job)),
+                FOLDED_DDL,
+                "Append",
+                "EventTime",
             )
         )
 
