@@ -135,17 +135,26 @@ class Supervisor:
         self._stopping = True
         self.write_state()
         running = [c for c in self.children if c.process is not None and c.process.poll() is None]
+        signalled = time.monotonic()
         for child in running:
             assert child.process is not None
             child.process.send_signal(signal.SIGTERM)
+        # each part's own time to stop (they stop side by side): a slow one is named
+        stopped_in: dict[str, float] = {}
+        while len(stopped_in) < len(running) and time.monotonic() - signalled < self._grace_s:
+            for child in running:
+                assert child.process is not None
+                if child.name not in stopped_in and child.process.poll() is not None:
+                    stopped_in[child.name] = time.monotonic() - signalled
+            time.sleep(0.05)
         for child in running:
             assert child.process is not None
-            graceful = stop_pid(child.process.pid, signal.SIGTERM, self._grace_s)
+            if child.name in stopped_in:
+                self._announce(f"{child.name}: stopped in {stopped_in[child.name]:.1f}s")
+            else:
+                stop_pid(child.process.pid, signal.SIGKILL, 0)
+                self._announce(f"{child.name}: stopped (killed after {self._grace_s:.0f}s)")
             child.process.wait()
-            self._announce(
-                f"{child.name}: stopped"
-                + ("" if graceful else f" (killed after {self._grace_s:.0f}s)")
-            )
             child.process = None
         self.write_state()
 
