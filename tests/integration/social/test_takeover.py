@@ -91,8 +91,8 @@ class Run:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(30)
-        # A part that outlived the supervisor's grace on SIGTERM (the stop took 90 s in 2 of 15
-        # runs, 11 alone and 4 in CI; cause not found yet): named in the run's warnings with the
+        # A part that outlived the supervisor's grace on SIGTERM (the stop took 90 s in 2 of 26
+        # runs, 21 alone and 5 in CI; cause not found yet): named in the run's warnings with the
         # end of its log, so the next one that happens says which part and where it was.
         for part in re.findall(r"(\S+): stopped \(killed after", self.output()):
             log = self.logs / f"run-{part}.log"
