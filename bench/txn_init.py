@@ -23,7 +23,6 @@ and waits for the slowest.
 
 import argparse
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from confluent_kafka import Producer
 
+from bench.rounds import Rounds
 from bench.stopping import stop_cleanly_on_sigterm
 from connectors.kafka import KafkaConfig, TopicAdmin
 from connectors.kafka.topics import TopicSpec
@@ -118,16 +118,11 @@ def main() -> None:
         stack.up([stack.broker.name])
         servers = stack.broker.endpoint()
         TopicAdmin(KafkaConfig(servers)).ensure(TopicSpec(TOPIC, partitions=4))
-        runs = cases(servers)
-        samples: dict[str, list[float]] = {label: [] for label in runs}
-        for r in range(args.rounds):
-            for label, case in runs.items():
-                samples[label].append(case())
-            print(f"  round {r + 1}/{args.rounds} done", flush=True)
-        base = statistics.median(samples["idempotent"])
+        rounds = Rounds(cases(servers)).run(args.rounds)
+        base = rounds.median("idempotent")
         print(f"{'case':<20} {'median':>9} {'over 0.4 s':>11} {'x baseline':>11}")
-        for label, values in samples.items():
-            median = statistics.median(values)
+        for label, values in rounds.samples.items():
+            median = rounds.median(label)
             slow = sum(v > SLOW_S for v in values)
             print(
                 f"{label:<20} {median * 1000:>6.0f} ms {slow:>4} of {len(values):<4}"
