@@ -15,7 +15,7 @@ SPARK_ARCHIVE = $(VENV)/share/tributary/spark-classes.jsa
 # The CDC part's Debezium JVM likewise (cdc/class_archive.py): less CPU at each start.
 CDC_ARCHIVE = $(VENV)/share/tributary/cdc-classes.jsa
 
-.PHONY: setup setup-steps bytecode cdc-classes system-packages test unit integration lint demo bench chaos takeover clean \
+.PHONY: setup setup-steps test-setup bytecode test-bytecode cdc-classes system-packages test unit integration lint demo bench chaos takeover clean \
 	podman-setup podman-stop images test-containers test-byo
 
 # The steps two at a time (a fresh machine: apt beside the Python environment, then the Spark
@@ -25,6 +25,10 @@ setup:
 
 setup-steps: system-packages $(VENV)/.installed $(SPARK_ARCHIVE) $(CDC_ARCHIVE) cdc-classes bytecode
 
+# The same, and the test modules as pytest rewrites them, beside the archives.
+test-setup:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target setup-steps test-bytecode
+
 # The project's own modules compiled to bytecode (only what changed since: about a second when
 # nothing did). Where PYTHONDONTWRITEBYTECODE is set (this machine class sets it) Python never
 # caches them, and every process the suite and the demo start (CLI calls, `tributary run` parts,
@@ -32,6 +36,19 @@ setup-steps: system-packages $(VENV)/.installed $(SPARK_ARCHIVE) $(CDC_ARCHIVE) 
 # these caches whatever that variable says.
 bytecode: $(VENV)/.installed
 	@$(BIN)/python -m compileall -q -j0 $(PROJECT_PACKAGES) tests bench
+
+# The test modules and conftests as pytest's assertion rewriting makes them, cached beside
+# them (`__pycache__/*-pytest-*.pyc`; pytest checks each against its source's hash). pytest writes
+# that cache only where PYTHONDONTWRITEBYTECODE is unset, and reads it either way: without it
+# each worker of `make test` rewrote every test module it collected (`pytest --collect-only
+# tests`: 24 CPU-s without the cache, 11 with it).
+# Again only when a test module changed.
+TEST_SOURCES := $(shell find tests -name '*.py' -not -path '*/__pycache__/*' 2>/dev/null)
+test-bytecode: $(VENV)/.test-bytecode
+$(VENV)/.test-bytecode: $(VENV)/.installed pyproject.toml $(TEST_SOURCES) | bytecode
+	@if PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest --collect-only -q -p no:cacheprovider tests > /dev/null; \
+	then touch $@; \
+	else echo "warning: the test modules were not collected; pytest rewrites them again in each worker"; fi
 
 # The CDC part's Java producer (cdc/java), compiled once per source into the venv (a few seconds;
 # nothing when up to date). The first connector would otherwise compile it.
@@ -75,16 +92,16 @@ $(CDC_ARCHIVE): $(VENV)/.installed cdc/java/engine.classlist | system-packages
 # runs in `make test`; `make takeover` runs it alone, with its output.
 TAKEOVER_TEST = tests/integration/social/test_takeover.py
 
-test: setup
+test: test-setup
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist load $(PYTEST_ARGS)
 
 takeover: setup
 	$(BIN)/python -m pytest -p no:xdist -s $(TAKEOVER_TEST) $(PYTEST_ARGS)
 
-unit: setup
+unit: test-setup
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: setup
+integration: test-setup
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 
 lint: setup
