@@ -67,6 +67,8 @@ class Member:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            if not line.endswith("\n"):  # the unfinished last line of a killed member
+                break
             kind, *rest = line.split()
             if kind == "A":
                 self.assignment = {int(item.rsplit(":", 1)[1]) for item in rest}
