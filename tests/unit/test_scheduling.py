@@ -4,7 +4,7 @@ from tests.scheduling import unit_of
 
 
 def test_spark_tests_share_one_unit_and_others_are_their_own() -> None:
-    assert unit_of("tests/integration/social/test_forget.py::test_a") == "spark"
+    assert unit_of("tests/integration/social/test_takeover.py::test_a") == "spark"
     assert unit_of("tests/integration/test_demo.py::test_the_demo") == "spark"
     assert unit_of("tests/integration/cdc/test_capture.py::test_a") == (
         "tests/integration/cdc/test_capture.py::test_a"
