@@ -2,8 +2,8 @@
 
 :func:`a_forgotten_user_is_gone_from_every_view_and_every_replay` runs in the take-over test
 (tests/integration/social/test_takeover.py), on the world its `tributary run cdc commands
-views` keeps running once the take-over is proven: a world of its own (a database, CDC, a views
-process, their first batches) took about 35 s of the suite's Spark chain.
+views` keeps running once the take-over is proven: one world fewer (a database, CDC, a views
+process and their first batches) in the suite's Spark chain.
 
 A user U with posts, likes, follows both ways and a profile; `tributary forget user U` first
 refuses while the users table holds U (printing the DELETE), then, once the application
