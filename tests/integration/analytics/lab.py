@@ -2,7 +2,7 @@
 running jobs (several at once, one Spark session), and reading what they hold."""
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -52,19 +52,26 @@ class Run:
 
 
 def run_jobs(
-    spark: Any, views: Sequence[View], kafka: KafkaConfig, options: JobOptions
+    spark: Any,
+    views: Sequence[View],
+    kafka: KafkaConfig,
+    options: JobOptions,
+    options_of: Mapping[str, JobOptions] | None = None,
 ) -> dict[str, Run]:
     """Run each job until it has read everything there is now, all at once in one Spark
-    session; raise the first failure. The jobs are built and started one after the other:
-    each Kafka store reads the whole shared ledger topic when it starts, and several of those
-    reads at once crawl on the local broker. The next query starts once the last one has
-    initialised its source: each starts a Python process that must connect back to the JVM
-    within Spark's fixed 10 s, and eight starting at once on two busy cores missed it."""
+    session; raise the first failure. ``options_of``: a job's own options, by view name.
+
+    The jobs are built and started one after the other: each Kafka store reads the whole
+    shared ledger topic when it starts, and several of those reads at once crawl on the local
+    broker. The next query starts once the last one has initialised its source: each starts a
+    Python process that must connect back to the JVM within Spark's fixed 10 s, and eight
+    starting at once on two busy cores missed it."""
     runs = {view.name: Run(view, [], 0) for view in views}
     started = []
     try:
         for view in views:
-            job = ViewJob(spark, view, kafka, options, on_batch=runs[view.name].reports.append)
+            own = (options_of or {}).get(view.name, options)
+            job = ViewJob(spark, view, kafka, own, on_batch=runs[view.name].reports.append)
             query = job.start(available_now=True)
             started.append((job, query))
             sources_started(query)
