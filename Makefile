@@ -88,8 +88,9 @@ $(SPARK_ARCHIVE): $(VENV)/.installed | system-packages
 $(CDC_ARCHIVE): $(VENV)/.installed cdc/java/engine.classlist | system-packages
 	$(BIN)/tributary cdc-archive --force || echo "warning: no CDC class archive; connectors start without it"
 
-# The take-over test (kill -9 of the command processor, then of the views process, under load)
-# runs in `make test`; `make takeover` runs it alone, with its output.
+# The take-over test (kill -9 of the command processor, then of the views process, under load;
+# then a user forgotten on the same world) runs in `make test`; `make takeover` runs it alone,
+# with its output.
 TAKEOVER_TEST = tests/integration/social/test_takeover.py
 
 test: test-setup
