@@ -41,7 +41,7 @@ def main(bootstrap: str, topic: str, group: str, delay: float, registry: str) ->
 
 def say(*fields: object) -> None:
     """One line in one write: where PYTHONUNBUFFERED is set, ``print`` writes each field and
-    separator on its own, and a kill -9 between two of them left half a line (``R 3 41``)."""
+    separator on its own, and a kill -9 between two of them left half a line (say ``R 3 41``)."""
     sys.stdout.write(" ".join(map(str, fields)) + "\n")
     sys.stdout.flush()
 
