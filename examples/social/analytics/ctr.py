@@ -63,6 +63,7 @@ SEARCH_COLUMNS = (
     "first_click_ms",
     "revision",
     "click_ids",
+    "hidden",
 )
 WAITING_COLUMNS = ("click_id", "search_id", "session_id", "post_id", "clicked_ms", "received_ms")
 STATE_SCHEMA = "clock long, searches binary, waiting binary"
@@ -120,7 +121,10 @@ def ctr_step(
 
     ``rows``: the batch's decoded records of the partition (``kind``, ``kept``, ``event_id``,
     ``session_id``, ``user_id``, ``query``, ``search_id``, ``post_id``, ``corrected_time``,
-    ``received_time``)."""
+    ``received_time``). A row of kind ``forgotten`` names a forgotten user: before anything is
+    published, the user's searches in the state are *hidden* — their user id dropped, and
+    never published again (nor the clicks joining them) — while they still count, anonymously,
+    in their query's totals (a click can still join one: the session id stays in the state)."""
     import pandas as pd
 
     received = rows["received_time"].dropna()
@@ -189,9 +193,15 @@ def ctr_step(
         state["status"][expired] = NO_CLICK
         touched |= expired
         deltas.append((state["query"][expired], (0, 0, 1, -1)))
-    # 4. publish what changed, then forget what no record can reach any more
+    # 4. hide the searches of users forgotten, publish what changed (but what is hidden),
+    # then forget what no record can reach any more
+    _hide(state, _forgotten(rows))
     changed = np.flatnonzero(touched)
     state["revision"][changed] += 1
+    shown = ~state["hidden"]
+    changed = changed[shown[changed]]
+    public = shown[row]
+    joined, row, clicked_ms = joined[public], row[public], clicked_ms[public]
     out = _output(partition, state, changed, clicks, joined, row, clicked_ms)
     reach = state["searched_ms"] + JOIN_WITHIN_MS + allowed_ms
     searches = _search_frame(state, reach >= clock)
@@ -199,6 +209,22 @@ def ctr_step(
         waiting = waiting[waiting["clicked_ms"].astype("int64") + allowed_ms >= clock]
         waiting = waiting.reset_index(drop=True)
     return clock, searches, waiting, out, _counts(deltas)
+
+
+def _forgotten(rows: Any) -> Any:
+    """The ids of the users the batch's ``forgotten`` rows name."""
+    picked = rows[(rows["kind"] == FORGOTTEN).fillna(False).astype(bool)]
+    users, present = _ints(picked["user_id"])
+    return np.unique(users[present])
+
+
+def _hide(state: dict[str, Any], users: Any) -> None:
+    """Hide the searches of ``users``: their user id dropped from the state, for good."""
+    if len(users):
+        hit = state["user_ok"] & np.isin(state["user_id"], users)
+        state["hidden"] |= hit
+        state["user_ok"][hit] = False
+        state["user_id"][hit] = 0
 
 
 def _ints(column: Any) -> tuple[Any, Any]:
@@ -233,6 +259,12 @@ def _search_arrays(frame: Any) -> dict[str, Any]:
         "first_ok": first_ok,
         "revision": _ints(frame["revision"])[0],
         "click_ids": frame["click_ids"].to_numpy(dtype=object, copy=True),
+        # (a state stored before searches could be hidden has no such column)
+        "hidden": (
+            frame["hidden"].fillna(False).to_numpy(dtype=bool, copy=True)
+            if "hidden" in frame
+            else np.zeros(len(frame), dtype=bool)
+        ),
     }
 
 
@@ -253,6 +285,7 @@ def _new_searches(new: Any) -> dict[str, Any]:
         "first_ok": np.zeros(count, dtype=bool),
         "revision": np.zeros(count, dtype="int64"),
         "click_ids": np.full(count, "", dtype=object),
+        "hidden": np.zeros(count, dtype=bool),
     }
 
 
@@ -520,7 +553,8 @@ def _processor(allowed_ms: int, job: str) -> Any:
 
     class CtrProcessor(StatefulProcessor):
         """One Kafka partition of the activity: its clock, searches and waiting clicks in one
-        value of Spark's state store (Arrow IPC inside), read and written once per batch."""
+        value of Spark's state store (Arrow IPC inside), read and written once per batch. A
+        forgotten user's row (a copy reaches every partition) hides the user's searches."""
 
         def init(self, handle: Any) -> None:
             self.handle = handle
@@ -529,9 +563,20 @@ def _processor(allowed_ms: int, job: str) -> Any:
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
             partition = int(key[0])
             frame = _stacked(list(rows))
-            late = late_values(frame, job)
+            # a forget reaches every partition; it passes through (as the job's ``forgotten``
+            # entry) from one of them, the others' copies (``echo``) only hide
+            late = late_values(frame[~frame["echo"].fillna(False).astype(bool)], job)
             frame = frame[frame["error"].isna()]
             stored = self.state.get() if self.state.exists() else None
+            if stored is None and (frame["kind"] == FORGOTTEN).fillna(False).astype(bool).all():
+                # a partition with nothing in it (yet): no state to hide anything from
+                if late:
+                    result = _typed(pd.DataFrame(late, columns=list(FOLDED_FIELDS)))
+                    result["ts"] = pd.Timestamp(
+                        int(timerValues.getCurrentWatermarkInMs()), unit="ms"
+                    )
+                    yield result[[*FOLDED_FIELDS, "d_query", *DELTAS, "ts"]]
+                return
             clock = int(stored[0]) if stored else 0
             searches = _frame_of(stored[1] if stored else None, SEARCH_COLUMNS)
             waiting = _frame_of(stored[2] if stored else None, WAITING_COLUMNS)
@@ -684,16 +729,28 @@ def ctr_fold(config: AnalyticsConfig, job: str) -> Any:
     def fold(records: Any) -> Any:
         from pyspark.sql import functions as F
 
+        # A forget must reach the state of every partition of the activity topic (each holds
+        # searches of any user): one copy of its row per partition there is now.
+        partitions = activity_partitions(config)
         ev = inputs(records, config.lateness)
         # One chain (a second branch off the source would read the topic again): every
         # activity record to the partition's processor, its rows to the totals per query.
         # A forgotten user's row passes through as its ``forgotten`` entry (never ``kept``).
+        forget = F.col("kind") == FORGOTTEN
         activity = ev.where(
             F.col("error").isNotNull() | F.col("kind").isin("search", "click", FORGOTTEN)
+        ).withColumn(
+            "p",
+            F.explode(
+                F.when(forget, F.sequence(F.lit(0), F.lit(partitions - 1))).otherwise(
+                    F.array(F.col("partition"))
+                )
+            ),
         )
         steps = (
             activity.select(
-                F.col("partition").alias("p"),
+                "p",
+                (forget & (F.col("p") > 0)).alias("echo"),
                 (F.col("kind").isin("search", "click") & ~F.col("beyond")).alias("kept"),
                 "session_id",
                 "user_id",
@@ -723,6 +780,13 @@ def ctr_fold(config: AnalyticsConfig, job: str) -> Any:
         )
 
     return fold
+
+
+def activity_partitions(config: AnalyticsConfig) -> int:
+    """The partitions of the activity topic now (1 when it does not exist yet)."""
+    from connectors.kafka import TopicAdmin  # the driver's: the fold is planned there
+
+    return max(1, TopicAdmin(config.kafka).partition_count(config.activity_topic) or 1)
 
 
 #: The outputs naming a user (purged when the user is forgotten).

@@ -246,6 +246,15 @@ def join_step(stored: Any, halves: Any) -> tuple[Any, list[dict[str, Any]]]:
     return both.reset_index(drop=True), out
 
 
+def without_users(halves: Any, users: set[int]) -> Any:
+    """The halves of likes whose liker and author are none of ``users`` (forgotten)."""
+    if not users or not len(halves):
+        return halves
+    parsed = [json.loads(f) for f in halves["fields"]]
+    keep = [p.get("liker_id") not in users and p.get("author_id") not in users for p in parsed]
+    return halves[keep].reset_index(drop=True)
+
+
 def _named(fields: dict[str, Any] | None, prefix: str) -> dict[str, Any]:
     if fields is None:
         return {f"{prefix}_handle": None, f"{prefix}_name": None, f"{prefix}_version": None}
@@ -264,7 +273,8 @@ def _join_processor(retention_ms: int) -> Any:
     class JoinProcessor(StatefulProcessor):
         """A bucket of likes: the latest half of each side (Arrow IPC in one state value) until
         the watermark passes the like's time + allowed lateness + slack (no version can change
-        it any more); other rows pass through."""
+        it any more); other rows pass through. A user's ``forgotten`` entry (a copy reaches
+        every bucket) drops every half naming the user, as liker or author."""
 
         def init(self, handle: Any) -> None:
             self.state = handle.getValueState("halves", HALVES_STATE)
@@ -272,8 +282,13 @@ def _join_processor(retention_ms: int) -> Any:
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
             frame = pd.concat(list(rows), ignore_index=True)
             is_half = frame["collection"] == PARTS
-            out = frame[~is_half][list(FOLDED_FIELDS)]
-            if is_half.any():
+            # a forget reaches every bucket; it passes through from bucket 0 only
+            echo = frame["echo"].fillna(False).astype(bool)
+            out = frame[~is_half & ~echo][list(FOLDED_FIELDS)]
+            forgotten = {
+                int(k) for k in frame.loc[frame["collection"] == FORGOTTEN, "key"].dropna()
+            }
+            if is_half.any() or (forgotten and self.state.exists()):
                 new = frame[is_half]
                 parsed = [json.loads(f) for f in new["fields"]]
                 halves = pd.DataFrame(
@@ -283,7 +298,8 @@ def _join_processor(retention_ms: int) -> Any:
                         "position": new["position"].astype("int64").to_numpy(),
                         "liked_ms": [int(p["liked_ms"]) for p in parsed],
                         "fields": new["fields"].to_numpy(),
-                    }
+                    },
+                    columns=list(HALF_COLUMNS),
                 )
                 stored = self.state.get() if self.state.exists() else None
                 before = (
@@ -291,7 +307,8 @@ def _join_processor(retention_ms: int) -> Any:
                     if stored
                     else halves.iloc[0:0]
                 )
-                state, joined = join_step(before, halves)
+                state, joined = join_step(before, halves) if len(halves) else (before, [])
+                state = without_users(state, forgotten)
                 watermark = int(timerValues.getCurrentWatermarkInMs())
                 state = state[state["liked_ms"].astype("int64") + retention_ms > watermark]
                 if len(state):
@@ -380,11 +397,19 @@ def likes_fold(config: AnalyticsConfig, job: str) -> Any:
             )
         )
         # The two halves of a like meet in a second processor, keyed by a bucket of like ids.
+        # A user's ``forgotten`` entry reaches every bucket (each holds halves naming any user):
+        # one copy per bucket, passed on from bucket 0 only.
         like_id = F.get_json_object(F.col("fields"), "$.like_id")
         spread = F.coalesce(like_id, F.col("key"), F.lit(""))
-        bucket = F.pmod(F.xxhash64(spread), F.lit(JOIN_BUCKETS))
+        forget = F.col("collection") == FORGOTTEN
+        bucket = F.explode(
+            F.when(forget, F.sequence(F.lit(0), F.lit(JOIN_BUCKETS - 1))).otherwise(
+                F.array(F.pmod(F.xxhash64(spread), F.lit(JOIN_BUCKETS)))
+            )
+        )
         return (
             halves.withColumn("bucket", bucket)
+            .withColumn("echo", forget & (F.col("bucket") > 0))
             .groupBy("bucket")
             .transformWithStateInPandas(
                 DeferredProcessor.of(_join_processor, retention_ms),

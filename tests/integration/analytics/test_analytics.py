@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 from psycopg import sql
 
@@ -48,6 +49,7 @@ from projections.time import iso_ms
 from projections.view import View
 from spark_streaming.replay import SwapRefusedError
 from spark_streaming.runner import ViewRunner
+from spark_streaming.view_job import checkpoint_dir
 from tests.integration.analytics import reference
 from tests.integration.analytics.feed import T0, AnalyticsFeed, Workload, make_workload
 from tests.integration.analytics.lab import (
@@ -389,6 +391,9 @@ def forget_the_busiest_user(spark: Any, lab: Lab) -> None:
     user = max(sorted(u for u in users if u is not None), key=lambda u: sum(named(u).values()))
     assert all(named(user).values()), named(user)  # every output names the user before
     assert all(view.verify() == [] for view in jobs.values())  # nobody forgotten yet
+    # Spark's state holds the user too: open searches in ctr's partitions, halves of likes in
+    # the likes join's buckets (read with Spark's state data source)
+    assert all(state_naming(spark, lab, user).values()), state_naming(spark, lab, user)
 
     AnalyticsFeed(lab.config).write_forgotten(user, T0 + 3 * 3_600_000)
     # Only these jobs read the subjects topic; the others have nothing new to read (the replay
@@ -414,7 +419,41 @@ def forget_the_busiest_user(spark: Any, lab: Lab) -> None:
             gone = {k: f for k, f in was.items() if k not in naming(was, fields, user)}
             assert downstream[collection] == gone, (name, collection)
         assert view.verify() == [], name
+    # every partition's and every bucket's state is purged in that batch too
+    assert state_naming(spark, lab, user) == {"ctr": 0, "likes": 0}
     lab.forgotten = user
+
+
+def state_naming(spark: Any, lab: Lab, user: int) -> dict[str, int]:
+    """How many of the stateful operators' entries name ``user``: the searches in ``ctr``'s
+    per-partition state (hidden ones keep no user id), the halves of likes in ``likes``' join
+    buckets (as liker or author). Spark numbers a query's stateful operators from its sink: the
+    second of each job's two processors is operator 0."""
+
+    def values(job: str, operator: int, variable: str) -> list[Any]:
+        view = lab.views[job]
+        checkpoint = checkpoint_dir(lab.checkpoints, view.name, view.store.live_generation())
+        frame = (
+            spark.read.format("statestore")
+            .option("path", str(checkpoint))
+            .option("operatorId", operator)
+            .option("stateVarName", variable)
+            .load()
+        )
+        return [row["value"] for row in frame.collect()]
+
+    searches = [
+        ctr._frame_of(value["searches"], ctr.SEARCH_COLUMNS) for value in values("ctr", 1, "ctr")
+    ]
+    halves = [
+        json.loads(fields)
+        for value in values("likes", 0, "halves")
+        for fields in pa.ipc.open_stream(value["halves"]).read_all().column("fields").to_pylist()
+    ]
+    return {
+        "ctr": sum(int((frame["user_id"] == user).sum()) for frame in searches),
+        "likes": sum(user in (half["liker_id"], half["author_id"]) for half in halves),
+    }
 
 
 def assert_verify_names_a_row_written_behind_the_jobs_back(lab: Lab) -> None:

@@ -139,3 +139,24 @@ def test_a_late_entry_keeps_integer_times_beside_a_row_without_times() -> None:
     fields = json.loads(entry["fields"])
     assert all(fields[name] == 1_767_228_518_477 for name in times)
     assert ".0" not in entry["fields"]
+
+
+def test_a_forget_drops_the_halves_of_likes_naming_the_user_from_a_join_bucket() -> None:
+    from examples.social.analytics.likes import HALF_COLUMNS, without_users
+
+    def half(like_id: str, role: str, liker: int, author: int) -> tuple[Any, ...]:
+        fields = {"like_id": like_id, "role": role, "liker_id": liker, "author_id": author}
+        return (like_id, role, 1, 1_000, json.dumps(fields))
+
+    halves = pd.DataFrame(
+        [
+            half("l1", "liker", 7, 3),  # liked by the user
+            half("l1", "author", 7, 3),
+            half("l2", "author", 4, 7),  # a post of the user's
+            half("l3", "liker", 4, 3),
+        ],
+        columns=list(HALF_COLUMNS),
+    )
+    kept = without_users(halves, {7})
+    assert list(zip(kept["like_id"], kept["role"], strict=True)) == [("l3", "liker")]
+    assert without_users(halves, set()) is halves

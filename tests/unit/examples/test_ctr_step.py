@@ -113,6 +113,42 @@ def test_one_batch() -> None:
     }
 
 
+def test_a_forgotten_users_searches_are_hidden_yet_still_counted() -> None:
+    """After the forget no output names the user's searches or their clicks (the earlier ones
+    are the materializer's to delete), the state holds no id of the user, and the totals per
+    query are those of a run without the forget."""
+    s1 = record("search", "s1", 1_000, 1_000, query="kafka")
+    c1 = record("click", "c1", 2_000, 2_100, search_id="s1", post_id=5)
+    other = record("search", "s9", 1_100, 1_100, query="kafka", session="s-2")
+    other["user_id"] = 8
+    forget = dict.fromkeys(s1)
+    forget.update(kind="forgotten", kept=False, event_id="f", user_id=7)
+    tick = record("click", "tick", CLOCK, CLOCK, session="s-9", search_id="s-none", post_id=2)
+    tick["user_id"] = 8
+
+    clock, searches, waiting = 0, _empty(SEARCH_COLUMNS), _empty(WAITING_COLUMNS)
+    published = []
+    for batch in ([s1, other], [forget], [c1], [tick]):
+        clock, searches, waiting, out, _ = ctr_step(
+            0, clock, searches, waiting, pd.DataFrame(batch), ALLOWED
+        )
+        searches = _frame_of(_frame_bytes(searches), SEARCH_COLUMNS)
+        published.append(sorted(f"{r['collection']}/{r['key']}" for r in out.to_dict("records")))
+        if batch[0] is forget:
+            assert 7 not in set(searches["user_id"].dropna()), searches
+            assert searches.set_index("search_id")["hidden"].to_dict() == {"s1": True, "s9": False}
+    assert published[0] == ["searches/s1", "searches/s9"]
+    # the click still joins the hidden search (counted), but neither is published again
+    assert published[2] == [] and published[3] == ["searches/s9"]
+    _, with_forget = run([[s1, other], [forget], [c1], [tick]])
+    _, without = run([[s1, other], [c1], [tick]])
+    assert (
+        with_forget
+        == without
+        == {"kafka": {"d_searches": 2, "d_clicked": 1, "d_no_click": 1, "d_open": 0}}
+    )
+
+
 @pytest.mark.parametrize("size", [1, 2, 3])
 def test_many_batches_end_as_one(size: int) -> None:
     batches = [WORKLOAD[i : i + size] for i in range(0, len(WORKLOAD), size)]
@@ -188,6 +224,7 @@ def oracle_ctr_step(
                 "first_click_ms": None,
                 "revision": 0,
                 "click_ids": "",
+                "hidden": False,
             }
         )
         searches = pd.concat([searches, added], ignore_index=True) if len(searches) else added
@@ -249,7 +286,7 @@ def oracle_ctr_step(
         for click in matched.itertuples(index=False):
             search = searches.loc[click.row]
             joined_rows.append(
-                _oracle_click_values(partition, search, click)  # one per joined click
+                (click.row, _oracle_click_values(partition, search, click))  # one per click
             )
     # 3. expiry by the partition's clock
     expired = (searches["status"] == OPEN) & (
@@ -261,15 +298,25 @@ def oracle_ctr_step(
         deltas.append(
             pd.DataFrame({"d_query": searches.loc[expired, "query"], "d_no_click": 1, "d_open": -1})
         )
-    # 4. publish what changed, then forget what no record can reach any more
+    # 4. hide the searches of forgotten users (their user id dropped, never published again),
+    # publish what changed but what is hidden, then forget what no record can reach any more
+    forget = rows[(rows["kind"] == "forgotten").fillna(False).astype(bool)]
+    users = {int(u) for u in forget["user_id"].dropna()}
+    if users and len(searches):
+        hit = searches["user_id"].map(lambda u: u is not None and u == u and int(u) in users)
+        searches["user_id"] = searches["user_id"].astype(object)
+        searches.loc[hit, "user_id"] = None
+        searches.loc[hit, "hidden"] = True
+    hidden = searches["hidden"].fillna(False).astype(bool) if len(searches) else None
     out: list[dict[str, Any]] = []
     if touched:
         changed = searches["search_id"].isin(touched)
         searches.loc[changed, "revision"] = searches.loc[changed, "revision"].astype("int64") + 1
         out.extend(
-            _oracle_search_values(partition, r) for r in searches[changed].itertuples(index=False)
+            _oracle_search_values(partition, r)
+            for r in searches[changed & ~hidden].itertuples(index=False)
         )
-    out.extend(joined_rows)
+    out.extend(values for row, values in joined_rows if not hidden[row])
     reach = searches["searched_ms"].astype("int64") + JOIN_WITHIN_MS + allowed_ms
     searches = searches[reach >= clock].reset_index(drop=True)
     if len(waiting):
@@ -411,9 +458,18 @@ def activity(draw: Any) -> list[Any]:
             )
     count = draw(st.integers(1, 6))
     batches: list[list[dict[str, Any]]] = [[] for _ in range(count)]
+    landed = []
     for event in events:
         near = event["corrected_time"] // (HOUR_STEPS * STEP // 2) + draw(st.integers(-1, 1))
-        batches[min(max(near, 0), count - 1)].append(event)
+        landed.append(min(max(near, 0), count - 1))
+        batches[landed[-1]].append(event)
+    for i in range(draw(st.integers(0, 2))):  # users forgotten (no times), mostly the user of
+        # an event, in its batch or a later one; sometimes a user never seen
+        at = draw(st.integers(0, len(events) - 1))
+        user = draw(st.just(events[at]["user_id"]) | USERS)
+        forget = dict.fromkeys(ROW_SCHEMA.names)
+        forget.update(kind="forgotten", kept=False, event_id=f"f{i}", user_id=user)
+        batches[draw(st.integers(landed[at], count - 1))].append(forget)
     for _ in range(draw(st.integers(0, 3))):  # exact re-deliveries, in any later batch
         event = draw(st.sampled_from(events))
         batches[draw(st.integers(0, count - 1))].append(dict(event))
