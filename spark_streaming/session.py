@@ -85,6 +85,11 @@ def spark_session(
         # State of stateful views (windows, joins, transformWithState) in RocksDB, off-heap:
         # transformWithState needs it, and large state does not weigh on the JVM heap.
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_STATE_STORE)
+        # Each commit writes the batch's changes, not a snapshot of the whole store (snapshots in
+        # the background, every 10 commits): Spark's advice for stateful queries, and a
+        # checkpoint written either way is read either way. The analytics test: 131 and 135 s
+        # against 136 to 143 s without it.
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         # Checkpoint files on a local disk without Hadoop's .crc side files: each trigger
         # writes two small files through FileContext (offsets, commits), and the checksummed
         # local file system writes and renames a second file for each (walCommit and
