@@ -40,7 +40,13 @@ from examples.social.analytics.common import (
     typed,
 )
 from examples.social.analytics.inputs import decoder, inputs
-from examples.social.analytics.stateful import FOLDED_FIELDS, FORGOTTEN, LATE_INPUT, late_values
+from examples.social.analytics.stateful import (
+    FOLDED_FIELDS,
+    FORGOTTEN,
+    LATE_INPUT,
+    late_values,
+    to_every_key,
+)
 from projections.folding import FOLDED_DDL
 from projections.time import HOUR_MS, iso_ms, window_key
 from projections.view import Query, QueryParam, View
@@ -739,14 +745,7 @@ def ctr_fold(config: AnalyticsConfig, job: str) -> Any:
         forget = F.col("kind") == FORGOTTEN
         activity = ev.where(
             F.col("error").isNotNull() | F.col("kind").isin("search", "click", FORGOTTEN)
-        ).withColumn(
-            "p",
-            F.explode(
-                F.when(forget, F.sequence(F.lit(0), F.lit(partitions - 1))).otherwise(
-                    F.array(F.col("partition"))
-                )
-            ),
-        )
+        ).withColumn("p", to_every_key(forget, partitions, F.col("partition")))
         steps = (
             activity.select(
                 "p",

@@ -40,6 +40,7 @@ from examples.social.analytics.stateful import (
     late_values,
     put_values,
     replace_timer,
+    to_every_key,
 )
 from projections.folding import FOLDED_DDL
 from projections.time import window_key
@@ -402,11 +403,7 @@ def likes_fold(config: AnalyticsConfig, job: str) -> Any:
         like_id = F.get_json_object(F.col("fields"), "$.like_id")
         spread = F.coalesce(like_id, F.col("key"), F.lit(""))
         forget = F.col("collection") == FORGOTTEN
-        bucket = F.explode(
-            F.when(forget, F.sequence(F.lit(0), F.lit(JOIN_BUCKETS - 1))).otherwise(
-                F.array(F.pmod(F.xxhash64(spread), F.lit(JOIN_BUCKETS)))
-            )
-        )
+        bucket = to_every_key(forget, JOIN_BUCKETS, F.pmod(F.xxhash64(spread), F.lit(JOIN_BUCKETS)))
         return (
             halves.withColumn("bucket", bucket)
             .withColumn("echo", forget & (F.col("bucket") > 0))

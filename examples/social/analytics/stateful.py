@@ -66,6 +66,16 @@ def passing(frame: Any) -> Any:
     )
 
 
+def to_every_key(forget: Any, keys: int, key: Any) -> Any:
+    """The group key of a processor's input rows (a Spark column, to ``explode``): ``key``, or
+    for a row where ``forget`` holds, each of the keys ``0 .. keys - 1`` (the forget reaches
+    every group of an operator whose groups are not the user's; the copies beyond key 0 are
+    its ``echo``, which only purges)."""
+    from pyspark.sql import functions as F
+
+    return F.explode(F.when(forget, F.sequence(F.lit(0), F.lit(keys - 1))).otherwise(F.array(key)))
+
+
 def forgotten_users(frame: Any) -> set[int]:
     """The users a processor's input rows say are forgotten."""
     picked = frame[(frame["kind"] == FORGOTTEN).fillna(False).astype(bool) & frame["error"].isna()]
