@@ -149,15 +149,30 @@ class Ownership:
     def join(self) -> "Ownership":
         """Become a member (its lock, its row, the partitions' rows) and start the heartbeat."""
         self._keeper_conn = self._register()
-        self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        self._conn = self._connect()
         self._thread = threading.Thread(
             target=self._heartbeat, name=f"owners-{self.group}", daemon=True
         )
         self._thread.start()
         return self
 
+    @property
+    def _idle_ms(self) -> int:
+        """How long the database lets a transaction of this member's sit idle (its process
+        stopped mid-transaction) before it ends the session: the membership's timeout. A
+        stopped member's locks then go with it, as its membership does."""
+        return max(1, int(self.timeout_s * 1000))
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(
+            self.dsn,
+            autocommit=True,
+            connect_timeout=10,
+            options=f"-c idle_in_transaction_session_timeout={self._idle_ms}",
+        )
+
     def _register(self) -> psycopg.Connection[Any]:
-        conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        conn = self._connect()
         try:
             ensure_schema(conn)
             conn.execute(f"SELECT pg_advisory_lock({KEY})", (self._lock_name,))
@@ -357,6 +372,7 @@ class Ownership:
         if epoch is None:
             raise PartitionFencedError(f"partition {partition} of {self.group} is not owned")
         return FENCE_SQL, {
+            "fence_idle_ms": str(self._idle_ms),
             "fence_group": self.group,
             "fence_partition": partition,
             "fence_owner": self.member,
@@ -365,7 +381,7 @@ class Ownership:
 
     def _main_conn(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+            self._conn = self._connect()
         return self._conn
 
     def leave(self) -> None:
@@ -386,7 +402,10 @@ class Ownership:
 
 
 FENCE_SQL = (
-    f"SELECT {SCHEMA}.partition_fence(%(fence_group)s::text, %(fence_partition)s::integer,"
+    # A write's transaction left idle (its process stopped, its VM frozen) would keep the row's
+    # lock, and a take-over skips a locked row: the database ends it after the timeout.
+    "SELECT set_config('idle_in_transaction_session_timeout', %(fence_idle_ms)s, true),"
+    f" {SCHEMA}.partition_fence(%(fence_group)s::text, %(fence_partition)s::integer,"
     " %(fence_owner)s::text, %(fence_epoch)s::bigint)"
 )
 
