@@ -18,7 +18,11 @@ command was not handled.
 
 **Round trips.** The transaction costs two: ``BEGIN`` goes in one pipeline with the load
 and the reads the route declares (:class:`~event_store.registry.Read`), and the writes go
-in one pipeline with ``COMMIT`` (a handler's own ``query_one`` adds one each).
+in one pipeline with ``COMMIT`` (a handler's own ``query_one`` adds one each). A personal
+field's key costs one more the first time the bus meets its subject; after that the key
+comes from the bus's cache, and the write pipeline checks it is still the subject's
+(:func:`~event_store.personal.key_guard_sql`: a forget since fails it, and the command runs
+again and is rejected).
 That is safe because every write of an accepted command is one statement built around
 the append (the command record and the snapshot are written from the append's rows): when
 the append's guard finds the stream moved (no row, no error) nothing is written, the
@@ -64,7 +68,14 @@ from event_store.errors import (
 )
 from event_store.event import NewEvent
 from event_store.faults import brief, command_fault, storable_text, traceback_of
-from event_store.personal import PersonalDataRejected, PgKeys
+from event_store.personal import (
+    KEYS_PRIMARY_KEY,
+    KeyCache,
+    PersonalDataRejected,
+    PgKeys,
+    Subject,
+    key_guard_sql,
+)
 from event_store.prepared import Statement, StatementsLost, int8
 from event_store.reading import event_from_row
 from event_store.registry import CommandRegistry, HandlerContext, Read, Route
@@ -108,6 +119,7 @@ class _CommandStatements:
 
     def __init__(self, schema: str) -> None:
         self.appends = AppendStatements(schema, arrays="s")
+        self.key_guard = Statement.of(key_guard_sql(schema))
         previous = f"(SELECT result FROM {schema}.commands WHERE command_id = %(command_id)s::text)"
         # One statement, so the snapshot and the events after it come from one snapshot of
         # the database (two statements could see a newer snapshot and older events).
@@ -197,6 +209,16 @@ class _RecordedByTwin(Exception):
     """A concurrent send of the same command id recorded its result first."""
 
 
+class StaleKeysError(StorageError):
+    """Keys the bus had cached are no longer the subjects' keys (a subject was forgotten,
+    or its key was created by a transaction that lost a race): nothing was written; the
+    bus drops them and runs the command again."""
+
+    def __init__(self, subjects: Sequence[Subject]) -> None:
+        super().__init__(f"stale keys of {len(subjects)} subject(s): nothing written, run again")
+        self.subjects = tuple(subjects)
+
+
 class StateCache:
     """Aggregate states by (aggregate type, stream id) at a version, least recently used
     dropped first. Thread-safe."""
@@ -257,6 +279,9 @@ class CommandBus:
         self.max_retries = max_retries
         self.clock = clock
         self.states = StateCache(cache_size)
+        # The subjects' keys found so far: a cached key costs no round trip; the write
+        # checks it in its own pipeline (event_store.personal.key_guard_sql).
+        self.keys = KeyCache(cache_size)
         self.attempts = 0  # appends tried, retries included (for tests and benchmarks)
         self.conflicts = 0  # optimistic-concurrency conflicts met (each retried or given up)
         self._sql = _CommandStatements(store.tables.schema)
@@ -279,9 +304,11 @@ class CommandBus:
         for attempt in range(self.max_retries + 1):
             try:
                 return self._attempt(command, command_id, route, fence)
-            except (ConcurrencyError, StatementsLost) as exc:
+            except (ConcurrencyError, StatementsLost, StaleKeysError) as exc:
                 if isinstance(exc, ConcurrencyError):
                     self.conflicts += 1
+                if isinstance(exc, StaleKeysError):
+                    self.keys.drop(exc.subjects)
                 if attempt == self.max_retries:
                     raise
             except Exception as exc:
@@ -546,8 +573,12 @@ class CommandBus:
         fence: Fence | None,
     ) -> Accepted:
         metadata = {"command_id": command_id, "command_type": command.command_name}
-        keys = PgKeys(driver, self.store.tables.schema)
+        keys = PgKeys(driver, self.store.tables.schema, self.keys)
         new_events = [self.registry.codec.encode(e, metadata, keys) for e in aggregate.pending]
+        guards = [
+            (self._sql.key_guard, {"t": subject[0], "i": subject[1], "k": key.hex()})
+            for subject, key in keys.guards
+        ]
         version = loaded_version + len(new_events)
         accepted = Accepted(
             command_id=command_id,
@@ -579,6 +610,7 @@ class CommandBus:
             (new_events, loaded_version, aggregate.stream_type),
             snapshot,
             fence,
+            guards,
         )
         appended = self.store.append_result(aggregate.stream_id, new_events, loaded_version, rows)
         return Accepted(
@@ -600,10 +632,12 @@ class CommandBus:
         append: tuple[Sequence[NewEvent], int, str] | None,
         snapshot: dict[str, Any] | None,
         fence: Fence | None = None,
+        guards: Sequence[prepared.Step] = (),
     ) -> list[tuple[int, int]]:
         """The writes and COMMIT in one round trip; the append's ``(transaction_id,
         position)`` rows (none when its guard found the stream moved: then nothing was
-        written, see the module docstring)."""
+        written, see the module docstring). ``guards``: the key guards of cached keys the
+        events were encrypted with (:class:`StaleKeysError` when one fails)."""
         params = {
             "command_id": command_id,
             "command_type": command.command_name,
@@ -619,12 +653,16 @@ class CommandBus:
             )
             statement = self._sql.write(append_sql, snapshot is not None)
             params |= append_params | (snapshot or {})
-        checks = _fence_step(fence)
+        checks = [*_fence_step(fence), *guards]
         try:
             results = prepared.run(driver, *checks, (statement, params), (b"COMMIT", None))
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name == "commands_pkey":
                 raise _RecordedByTwin from exc
+            if exc.diag.constraint_name == KEYS_PRIMARY_KEY and guards:
+                raise StaleKeysError(
+                    [(str(g[1]["t"]), str(g[1]["i"])) for g in guards if g[1] is not None]
+                ) from exc
             raise self.store.append_error(exc, stream_id, expected) from exc
         except psycopg.Error as exc:
             refused = _fenced(exc, command_id)

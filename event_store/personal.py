@@ -32,6 +32,7 @@ import json
 import os
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, ClassVar, Protocol
@@ -280,20 +281,88 @@ def key_for_sql(schema: str) -> str:
     )
 
 
+def key_guard_sql(schema: str) -> str:
+    """The statement that lets a writer use a key it cached (``%(t)s``, ``%(i)s``, and
+    ``%(k)s``: the key in hex, as the bus's prepared statements take text parameters),
+    run in the transaction that writes what the key encrypted, before its COMMIT: nothing
+    when the subject's key is that key; else it inserts the key, which fails with a unique
+    violation of ``subject_keys_pkey`` when the subject has another key or was forgotten
+    (the writer then drops the key from its cache and runs the command again), and stores
+    it when the subject has no row (a key cached from a transaction that rolled back: what
+    it encrypted commits with it)."""
+    schema = _schema_name(schema)
+    return (
+        f"INSERT INTO {schema}.subject_keys (subject_type, subject_id, key)"
+        " SELECT %(t)s::text, %(i)s::text, decode(%(k)s::text, 'hex') WHERE NOT EXISTS"
+        f" (SELECT 1 FROM {schema}.subject_keys WHERE subject_type = %(t)s::text"
+        " AND subject_id = %(i)s::text AND key = decode(%(k)s::text, 'hex'))"
+    )
+
+
+#: The constraint a stale cached key violates in :func:`key_guard_sql`.
+KEYS_PRIMARY_KEY = "subject_keys_pkey"
+
+
+class KeyCache:
+    """Keys a writer found, by subject, the least recently used dropped first; thread-safe.
+    A key from here is written only with :func:`key_guard_sql` in the same transaction: a
+    subject forgotten since (its key set to NULL) fails the guard, never gets data written."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        if size < 0:
+            raise ValueError(f"cache size must be >= 0, got {size}")
+        self.size = size
+        self._keys: OrderedDict[Subject, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, subject: Subject) -> bytes | None:
+        with self._lock:
+            found = self._keys.get(subject)
+            if found is not None:
+                self._keys.move_to_end(subject)
+            return found
+
+    def put(self, subject: Subject, key: bytes) -> None:
+        if self.size == 0:
+            return
+        with self._lock:
+            self._keys[subject] = key
+            self._keys.move_to_end(subject)
+            while len(self._keys) > self.size:
+                self._keys.popitem(last=False)
+
+    def drop(self, subjects: Iterable[Subject]) -> None:
+        with self._lock:
+            for subject in subjects:
+                self._keys.pop(subject, None)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
 class PgKeys:
     """A writer's keys through its own psycopg connection (the command's transaction: a key
-    created for an event commits or rolls back with it). Not cached: a forgotten subject's
-    key is never used again."""
+    created for an event commits or rolls back with it). With a ``cache``, a key found before
+    is used without a round trip; :attr:`guards` then lists the keys so used, and the writer
+    runs :func:`key_guard_sql` for each in the same transaction (a forgotten subject's key is
+    never written with again)."""
 
-    def __init__(self, connection: Any, schema: str) -> None:
+    def __init__(self, connection: Any, schema: str, cache: KeyCache | None = None) -> None:
         self.connection = connection
         self.sql = key_for_sql(schema)
+        self.cache = cache
+        self.guards: list[tuple[Subject, bytes]] = []  # cached keys used by this unit of work
         self._found: dict[Subject, bytes] = {}  # this unit of work only
 
     def key_for(self, subject: Subject) -> bytes:
         found = self._found.get(subject)
         if found is not None:
             return found
+        cached = None if self.cache is None else self.cache.get(subject)
+        if cached is not None:
+            self._found[subject] = cached
+            self.guards.append((subject, cached))
+            return cached
         for _ in range(3):
             row = self.connection.execute(  # not prepared: the bus prepares its own
                 self.sql, {"t": subject[0], "i": subject[1], "k": new_key()}, prepare=False
@@ -305,6 +374,8 @@ class PgKeys:
                     f"{subject[0]} {subject[1]} was forgotten: no personal data of it is written"
                 )
             self._found[subject] = bytes(row[0])
+            if self.cache is not None:
+                self.cache.put(subject, self._found[subject])
             return self._found[subject]
         raise EventStoreError(f"no key for {subject[0]} {subject[1]}")
 
@@ -367,8 +438,10 @@ class KeyReader:
 
 
 __all__ = [
+    "KEYS_PRIMARY_KEY",
     "PERSONAL_PROPERTY",
     "REDACTED_TEXT",
+    "KeyCache",
     "KeyReader",
     "KeyStore",
     "MemoryKeys",
@@ -381,6 +454,7 @@ __all__ = [
     "decrypt_data",
     "encrypt",
     "encrypt_data",
+    "key_guard_sql",
     "personal",
     "personal_fields",
     "personal_of_schema",

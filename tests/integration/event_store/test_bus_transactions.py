@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from event_store import Accepted, CommandBus, ConcurrencyError, EventStore, SnapshotPolicy
+from event_store import (
+    Accepted,
+    CommandBus,
+    ConcurrencyError,
+    EventStore,
+    Rejected,
+    SnapshotPolicy,
+)
 from examples.social import CreatePost, EditPost, FollowUser, Post, social_registry
 from tests.integration.event_store.conftest import StoreEnv, plain_text, role_url
 
@@ -132,3 +139,78 @@ def test_rejections_and_repeats_end_their_transactions(env: StoreEnv) -> None:
     assert status == 0  # idle
     assert isinstance(bus.send(CreatePost(6, 1, "somebody")), Accepted)
     assert _count(env, "commands") == 2 and _count(env, "events") == 1
+
+
+def _key_of(env: StoreEnv, author_id: int) -> bytes | None:
+    with env.admin.connect() as conn:
+        key = conn.execute(
+            text(
+                f"SELECT key FROM {env.schema}.subject_keys"
+                " WHERE subject_type = 'user' AND subject_id = :i"
+            ),
+            {"i": str(author_id)},
+        ).scalar_one_or_none()
+    return None if key is None else bytes(key)
+
+
+def _stored_text(env: StoreEnv, post_id: int) -> str:
+    with env.admin.connect() as conn:
+        return str(
+            conn.execute(
+                text(
+                    f"SELECT data->>'text' FROM {env.schema}.events"
+                    " WHERE stream_id = :s AND version = 1"
+                ),
+                {"s": f"post-{post_id}"},
+            ).scalar_one()
+        )
+
+
+def test_a_cached_key_never_writes_for_a_subject_forgotten_behind_its_back(env: StoreEnv) -> None:
+    """The bus caches each subject's key (no round trip for it on the next command); a forget
+    by anyone else makes the next write with that key fail its guard, and the command is run
+    again: rejected as forgotten, nothing appended."""
+    from event_store.forgetting import forget
+
+    bus = env.bus()
+    assert isinstance(bus.send(CreatePost(1, 1, "one")), Accepted)
+    assert bus.keys.get(("user", "1")) == _key_of(env, 1)
+    assert isinstance(bus.send(CreatePost(2, 1, "two")), Accepted)  # with the cached key
+    assert plain_text(env.admin, env.schema, 1, _stored_text(env, 2)) == "two"
+    events = _count(env, "events")
+
+    forget(env.admin, env.schema, "user", "1")
+    result = bus.send(CreatePost(3, 1, "three"))
+    assert isinstance(result, Rejected) and "forgotten" in result.reason, result
+    assert bus.keys.get(("user", "1")) is None
+    assert _count(env, "events") == events + 1  # the forget's audit event only
+    with env.admin.connect() as conn:
+        posts = conn.execute(
+            text(f"SELECT count(*) FROM {env.schema}.events WHERE stream_id = 'post-3'")
+        ).scalar_one()
+    assert posts == 0
+
+
+def test_a_cached_key_that_is_no_longer_the_subjects_is_replaced_or_stored(env: StoreEnv) -> None:
+    """A subject whose key changed since the bus cached it (another writer's key won): the
+    write is run again with the key the table holds. A subject with no key row (a key cached
+    from a transaction that rolled back): the cached key is stored with what it encrypted."""
+    bus = env.bus()
+    assert isinstance(bus.send(CreatePost(1, 1, "one")), Accepted)
+    assert isinstance(bus.send(CreatePost(2, 2, "two")), Accepted)
+    other = bytes(range(32))
+    with env.admin.begin() as conn:
+        conn.execute(
+            text(f"UPDATE {env.schema}.subject_keys SET key = :k WHERE subject_id = '1'"),
+            {"k": other},
+        )
+        conn.execute(text(f"DELETE FROM {env.schema}.subject_keys WHERE subject_id = '2'"))
+    cached_2 = bus.keys.get(("user", "2"))
+
+    assert isinstance(bus.send(CreatePost(3, 1, "three")), Accepted)
+    assert _key_of(env, 1) == other and bus.keys.get(("user", "1")) == other
+    assert plain_text(env.admin, env.schema, 1, _stored_text(env, 3)) == "three"
+
+    assert isinstance(bus.send(CreatePost(4, 2, "four")), Accepted)
+    assert _key_of(env, 2) == cached_2
+    assert plain_text(env.admin, env.schema, 2, _stored_text(env, 4)) == "four"
