@@ -113,10 +113,9 @@ def test_one_batch() -> None:
     }
 
 
-def test_a_forgotten_users_searches_are_hidden_yet_still_counted() -> None:
-    """After the forget no output names the user's searches or their clicks (the earlier ones
-    are the materializer's to delete), the state holds no id of the user, and the totals per
-    query are those of a run without the forget."""
+def forget_batches() -> list[list[dict[str, Any]]]:
+    """User 7 searches, is forgotten, then clicks that search; user 8's click moves the
+    clock past both searches' hour."""
     s1 = record("search", "s1", 1_000, 1_000, query="kafka")
     c1 = record("click", "c1", 2_000, 2_100, search_id="s1", post_id=5)
     other = record("search", "s9", 1_100, 1_100, query="kafka", session="s-2")
@@ -125,6 +124,15 @@ def test_a_forgotten_users_searches_are_hidden_yet_still_counted() -> None:
     forget.update(kind="forgotten", kept=False, event_id="f", user_id=7)
     tick = record("click", "tick", CLOCK, CLOCK, session="s-9", search_id="s-none", post_id=2)
     tick["user_id"] = 8
+    return [[s1, other], [forget], [c1], [tick]]
+
+
+def test_a_forgotten_users_searches_are_hidden_yet_still_counted() -> None:
+    """After the forget no output names the user's searches or their clicks (the earlier ones
+    are the materializer's to delete), the state holds no id of the user, and the totals per
+    query are those of a run without the forget."""
+    batches = forget_batches()
+    [s1, other], [forget], [c1], [tick] = batches
 
     clock, searches, waiting = 0, _empty(SEARCH_COLUMNS), _empty(WAITING_COLUMNS)
     published = []
@@ -337,7 +345,7 @@ def _oracle_search_values(partition: int, search: Any) -> dict[str, Any]:
     fields = {
         "search_id": search.search_id,
         "session_id": search.session_id,
-        "user_id": None if search.user_id is None else int(search.user_id),
+        "user_id": None if pd.isna(search.user_id) else int(search.user_id),
         "query": search.query,
         "searched_at": iso_ms(int(search.searched_ms)),
         "searched_ms": int(search.searched_ms),
@@ -357,7 +365,8 @@ def _oracle_click_values(partition: int, search: Any, click: Any) -> dict[str, A
         "search_id": click.search_id,
         "query": search["query"],
         "session_id": click.session_id,
-        "user_id": None if search["user_id"] is None else int(search["user_id"]),
+        # a hidden search's user id is null (NaN once its frame went through the state store)
+        "user_id": None if pd.isna(search["user_id"]) else int(search["user_id"]),
         "post_id": None if click.post_id is None else int(click.post_id),
         "searched_at": iso_ms(int(search["searched_ms"])),
         "clicked_at": iso_ms(int(click.clicked_ms)),
@@ -539,6 +548,8 @@ def same_state(mine: State, theirs: State) -> bool:
 @pytest.mark.filterwarnings("ignore::FutureWarning")  # the oracle's concat of an empty frame
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(activity(), st.sampled_from([0, 3]))
+# a click joining a search hidden in an earlier batch (the oracle once failed on its null id)
+@example([pd.DataFrame(batch) for batch in forget_batches()], 0)
 def test_the_column_wise_step_is_the_row_by_row_step(batches: list[Any], partition: int) -> None:
     mine = theirs = EMPTY
     for rows in batches:
