@@ -41,9 +41,7 @@ immutable (the frozen dataclasses :class:`~event_store.aggregate.Aggregate` asks
 
 import json
 import logging
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -68,6 +66,7 @@ from event_store.errors import (
 )
 from event_store.event import NewEvent
 from event_store.faults import brief, command_fault, storable_text, traceback_of
+from event_store.lru import Lru
 from event_store.personal import (
     KEYS_PRIMARY_KEY,
     KeyCache,
@@ -221,34 +220,19 @@ class StaleKeysError(StorageError):
 
 class StateCache:
     """Aggregate states by (aggregate type, stream id) at a version, least recently used
-    dropped first. Thread-safe."""
+    dropped first; an older version never replaces a newer one. Thread-safe."""
 
     def __init__(self, size: int) -> None:
-        if size < 0:
-            raise ValueError(f"cache size must be >= 0, got {size}")
+        self._states: Lru[tuple[type[Any], str], tuple[int, Any]] = Lru(size)
         self.size = size
-        self._states: OrderedDict[tuple[type[Any], str], tuple[int, Any]] = OrderedDict()
-        self._lock = threading.Lock()
 
     def get(self, aggregate_type: type[Any], stream_id: str) -> tuple[int, Any] | None:
-        key = (aggregate_type, stream_id)
-        with self._lock:
-            found = self._states.get(key)
-            if found is not None:
-                self._states.move_to_end(key)
-            return found
+        return self._states.get((aggregate_type, stream_id))
 
     def put(self, aggregate_type: type[Any], stream_id: str, version: int, state: Any) -> None:
-        if self.size == 0:
-            return
-        key = (aggregate_type, stream_id)
-        with self._lock:
-            known = self._states.get(key)
-            if known is None or known[0] < version:
-                self._states[key] = (version, state)
-            self._states.move_to_end(key)
-            while len(self._states) > self.size:
-                self._states.popitem(last=False)
+        self._states.put(
+            (aggregate_type, stream_id), (version, state), replaces=lambda old: old[0] < version
+        )
 
     def __len__(self) -> int:
         return len(self._states)

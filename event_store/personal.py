@@ -32,12 +32,12 @@ import json
 import os
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, ClassVar, Protocol
 
 from event_store.errors import EventStoreError
+from event_store.lru import Lru
 
 #: The Avro field property of a personal field: ``{"subject", "id_field", "type"}``.
 PERSONAL_PROPERTY = "tributary.personal"
@@ -303,41 +303,13 @@ def key_guard_sql(schema: str) -> str:
 KEYS_PRIMARY_KEY = "subject_keys_pkey"
 
 
-class KeyCache:
+class KeyCache(Lru[Subject, bytes]):
     """Keys a writer found, by subject, the least recently used dropped first; thread-safe.
     A key from here is written only with :func:`key_guard_sql` in the same transaction: a
     subject forgotten since (its key set to NULL) fails the guard, never gets data written."""
 
     def __init__(self, size: int = 10_000) -> None:
-        if size < 0:
-            raise ValueError(f"cache size must be >= 0, got {size}")
-        self.size = size
-        self._keys: OrderedDict[Subject, bytes] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, subject: Subject) -> bytes | None:
-        with self._lock:
-            found = self._keys.get(subject)
-            if found is not None:
-                self._keys.move_to_end(subject)
-            return found
-
-    def put(self, subject: Subject, key: bytes) -> None:
-        if self.size == 0:
-            return
-        with self._lock:
-            self._keys[subject] = key
-            self._keys.move_to_end(subject)
-            while len(self._keys) > self.size:
-                self._keys.popitem(last=False)
-
-    def drop(self, subjects: Iterable[Subject]) -> None:
-        with self._lock:
-            for subject in subjects:
-                self._keys.pop(subject, None)
-
-    def __len__(self) -> int:
-        return len(self._keys)
+        super().__init__(size)
 
 
 class PgKeys:
