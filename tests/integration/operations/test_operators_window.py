@@ -49,6 +49,11 @@ SHOWN = """(() => {
   return out;
 })()"""
 
+#: The stack table: each component's state.
+STACK_SHOWN = """Object.fromEntries(Array.from(
+  document.querySelectorAll('#stack tr[data-component]'),
+  (tr) => [tr.dataset.component, tr.querySelectorAll('td')[1].textContent]))"""
+
 
 @dataclass
 class Window:
@@ -253,7 +258,7 @@ def wait_shown(window: Window, page: Any, expression: str, timeout: float) -> An
 
 
 def test_the_dashboard_is_live_and_shows_what_views_json_reports(
-    window: Window, tmp_path: Path
+    window: Window, stack: Endpoints, tmp_path: Path
 ) -> None:
     window.feed.run(300)
     window.start_view()
@@ -273,16 +278,26 @@ def test_the_dashboard_is_live_and_shows_what_views_json_reports(
         wait_shown(window, page, f"{applied_now} === {total} && {SHOWN}['{view}'].lag === '0'", 120)
         assert total > first
         assert int(page.evaluate("document.body.dataset.updates")) > updates
-        # The components of the session's stack, as `tributary status` sees them.
-        if page.evaluate("document.querySelectorAll('#stack tr[data-component]').length"):
-            state = page.evaluate(
-                "document.querySelector('#stack tr[data-component=\"postgres\"]').textContent"
-            )
-            assert "up" in state
+        # The components of the session's stack, as `tributary status` sees them (a stack
+        # the session did not start, named in the env or in containers, is not shown).
+        if stack.local is not None:
+            components = page.evaluate(STACK_SHOWN)
+            listed = {
+                str(c["name"]): c["state"]
+                for c in cli_json(window.env, "status", "--json")
+                if "mode" in c  # the components' rows (not the parts', cdc's or views')
+            }
+            assert "postgres" in listed, listed
+            # The same components (each state is its own readiness probe, taken at another
+            # moment: compared for PostgreSQL, which this test's workload needs up).
+            assert sorted(components) == sorted(listed), (components, listed)
+            assert components["postgres"] == listed["postgres"] == "up", (components, listed)
 
-        shown = page.evaluate(SHOWN)[view]
+        all_shown = page.evaluate(SHOWN)
         [reported] = cli_json(window.env, "views", "--json")
         assert reported["view"] == view
+        assert list(all_shown) == [view], all_shown  # the table has the one view, no other
+        shown = all_shown[view]
         assert number(shown["batch_id"]) == reported["batch_id"]
         assert number(shown["lag"]) == reported["lag"] == 0
         applied = sum(o for parts in reported["offsets"].values() for o in parts.values())

@@ -123,6 +123,9 @@ def strip_meta(found: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
 #: that runs out fails with its own message.
 TEST_TIMEOUT_S = 420
 BUDGET_S = TEST_TIMEOUT_S - 30
+#: The writer's changes: BEFORE_KILL at full speed (the column is added at WIDEN_AT), then one
+#: every TRICKLE_S until the test has killed the view process, then AFTER_KILL at full speed.
+BEFORE_KILL, WIDEN_AT, TRICKLE_S, AFTER_KILL = 1800, 1200, 0.1, 600
 
 
 @pytest.fixture
@@ -154,16 +157,30 @@ def test_postgres_to_debezium_to_the_spark_mirror_survives_kill_9(
     views.start()
     workload = Workload(stack.postgres_dsn, f"public.{source}")
     errors: list[BaseException] = []
+    going = threading.Event()  # set by the writer: BEFORE_KILL changes are in
+    killed = threading.Event()  # set by the test once the kill -9 is done (or the test ends)
+    ending = threading.Event()  # set when the test ends early: the writer stops at once
+
+    def burst(start: int, count: int) -> None:
+        for i in range(start, start + count):
+            if ending.is_set():
+                return
+            if i == WIDEN_AT:
+                workload.widen()
+            workload.step()
+            if i % 50 == 0:
+                time.sleep(0.05)
 
     def write() -> None:
         try:
-            for i in range(2400):
-                if i == 1200:
-                    workload.widen()
+            burst(0, BEFORE_KILL)
+            going.set()
+            # Still writing, however long Spark takes to start: the writer cannot finish
+            # before the test has killed the view process, so the kill falls amid changes.
+            while not killed.wait(TRICKLE_S):
                 workload.step()
-                if i % 50 == 0:
-                    time.sleep(0.05)
-        except BaseException as exc:  # surfaced by the assertion below
+            burst(BEFORE_KILL, AFTER_KILL)
+        except BaseException as exc:  # surfaced by the assertions below
             errors.append(exc)
 
     writer = threading.Thread(target=write)
@@ -171,10 +188,11 @@ def test_postgres_to_debezium_to_the_spark_mirror_survives_kill_9(
     try:
         mirror = f"{schema}.public_{source}"
         budget = Deadline(BUDGET_S)
-        poll_until(lambda: workload.done > 700, budget.left(120), "the workload to get going")
+        assert going.wait(budget.left(120)), f"the workload did not get going: {errors}"
 
         def mirrored_some() -> bool:
             assert views.alive(), views.output()
+            assert not errors, errors
             return len(rows(stack.postgres_dsn, mirror)) > 10
 
         poll_until(
@@ -183,11 +201,25 @@ def test_postgres_to_debezium_to_the_spark_mirror_survives_kill_9(
             "the first rows in the mirror",
             retry_on=(psycopg.errors.UndefinedTable,),  # until the first batch creates it
         )
+        assert writer.is_alive(), f"the writer stopped before the kill: {errors}"
+        at_kill = workload.done
         views.kill9()  # mid-workload, most likely inside a batch
+        # kill9 returns once the process is gone and the writer cannot end before `killed`:
+        # alive now, it was writing throughout the kill (and a change lands after it).
+        assert writer.is_alive(), f"the writer stopped during the kill: {errors}"
+
+        def wrote_since_the_kill() -> bool:
+            assert not errors, errors
+            return workload.done > at_kill
+
+        poll_until(wrote_since_the_kill, budget.left(30), "a change after the kill", every=0.05)
+        killed.set()
         views.start()
         writer.join(budget.left(240))
-        assert not writer.is_alive(), f"the workload did not finish ({workload.done} of 2400)"
+        least = at_kill + AFTER_KILL
+        assert not writer.is_alive(), f"the workload did not finish ({workload.done} of {least}+)"
         assert not errors, errors
+        assert workload.done > least  # all of the burst after the kill, and the trickle's
         source_rows = rows(stack.postgres_dsn, f"public.{source}")
 
         def converged() -> bool:
@@ -210,5 +242,8 @@ def test_postgres_to_debezium_to_the_spark_mirror_survives_kill_9(
         }
         assert any(r["note"] == "after the ALTER" for r in mirrored.values())
     finally:
+        ending.set()
+        killed.set()
+        writer.join(30)
         views.stop()
         connector.stop()

@@ -61,6 +61,7 @@ class Member:
         )
         self.assignment: set[int] = set()
         self.records: list[tuple[int, int, str, int]] = []
+        self.drained = False  # the reader has read its output to the end (EOF)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -68,14 +69,17 @@ class Member:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             if not line.endswith("\n"):  # the unfinished last line of a killed member
-                break
+                break  # (only EOF follows it)
             kind, *rest = line.split()
             if kind == "A":
                 self.assignment = {int(item.rsplit(":", 1)[1]) for item in rest}
             elif kind == "R":
                 self.records.append((int(rest[0]), int(rest[1]), rest[2], int(rest[3])))
+        self.drained = True
 
     def kill(self) -> None:
+        """SIGKILL, then wait (bounded) for the reader to read its pipe to EOF: ``drained``
+        says it did, and then ``records`` holds every line the member wrote."""
         os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
         self._reader.join(10)
@@ -136,7 +140,8 @@ def test_members_share_partitions_and_a_killed_one_loses_and_repeats_nothing_com
         assert {p for p, _ in a_before}.isdisjoint({p for p, _ in b_before})
 
         b.kill()
-        time.sleep(1.0)
+        # Every line B wrote is read (its pipe at EOF), with no sleep to guess when.
+        assert b.drained, "the killed member's output was not read to EOF within 10 s"
         b_last = {
             p: max(o for q, o, _, _ in b.records if q == p)
             for p in b_parts
