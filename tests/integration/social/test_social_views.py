@@ -148,35 +148,81 @@ def assert_each_view_replays_to_the_same_state_while_reads_go_on(
     spark: Any, social: Social
 ) -> None:
     """Each view rebuilt from offset zero and swapped in while a reader queries all three:
-    no read fails, and the views hold what they held."""
+    no read fails, every read answers what the views answered before (nothing writes
+    meanwhile), and the views hold what they held."""
     before = (profiles(social.profile), search_docs(social.search), timelines(social))
     users = sorted(social.feed.state.users)[:5]
+    # Every post matching the word: BM25 scores (hence the order and a top-k cut) depend on
+    # the index's statistics, which count deleted documents until a merge; a rebuilt index
+    # holds the same posts with other statistics, so the answer compared is the set of hits.
+    every = len(before[1]) + 1
+
+    def answer() -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]], list[Any]]:
+        hits = social.search.queries[0].run(q="kafka", limit=every)
+        return (
+            sorted(
+                ({k: v for k, v in h.items() if k != "score"} for h in hits),
+                key=lambda h: h["post_id"],
+            ),
+            [social.timeline.queries[0].run(user_id=user_id) for user_id in users],
+            [social.profile.queries[0].run(user_id=user_id) for user_id in users],
+        )
+
+    answer_before = answer()
+    search_hits, user_timelines, user_profiles = answer_before
+    assert search_hits and len(search_hits) < every
+    assert [[p["post_id"] for p in t] for t in user_timelines] == [
+        before[2].get(user_id, [])[:20] for user_id in users
+    ]
+    assert user_profiles == [before[0][user_id] for user_id in users]
+
     errors: list[BaseException] = []
-    reads = [0]
+    # Per read: the phases it began and ended in (2i + 1: while view i is replayed, 0 before
+    # the first replay, 2i + 2 after replay i returned) and the parts that differed.
+    reads: list[tuple[int, int, list[str]]] = []
+    phase = [0]
+    settled = [threading.Event() for _ in range(2 * len(social.views) + 1)]  # read in phase
     stop = threading.Event()
 
     def read() -> None:
         while not stop.is_set():
+            began = phase[0]
             try:
-                social.search.queries[0].run(q="kafka", limit=5)
-                for user_id in users:
-                    social.timeline.queries[0].run(user_id=user_id)
-                    social.profile.queries[0].run(user_id=user_id)
-                reads[0] += 1
+                got = answer()
             except BaseException as exc:  # any failure of a read is a test failure
                 errors.append(exc)
+                continue
+            differ = [
+                part
+                for part, now, then in zip(
+                    ("search", "timelines", "profiles"), got, answer_before, strict=True
+                )
+                if now != then
+            ]
+            ended = phase[0]
+            reads.append((began, ended, differ))
+            if began == ended:
+                settled[began].set()
 
     reader = threading.Thread(target=read)
     reader.start()
     try:
-        for view in social.views:
+        assert settled[0].wait(60), errors  # the reader has read before the first replay
+        for i, view in enumerate(social.views):
             old = view.store.live_generation()
+            phase[0] = 2 * i + 1
             result = replay(spark, view, social.feed.kafka, social.options)
+            phase[0] = 2 * i + 2
             assert result.replaced == old and view.store.live_generation() == result.generation
+        assert settled[-1].wait(60), errors  # and once after the last replay returned
     finally:
         stop.set()
         reader.join(60)
-    assert errors == [] and reads[0] > 10
+    assert not reader.is_alive()
+    assert errors == [] and len(reads) > 10
+    assert [r for r in reads if r[2]] == []  # every read answered what was answered before
+    # Reads began and ended while each view was replayed.
+    assert all(settled[2 * i + 1].is_set() for i in range(len(social.views)))
     assert (profiles(social.profile), search_docs(social.search), timelines(social)) == before
     assert_views_match(social)
 

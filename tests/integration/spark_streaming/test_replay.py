@@ -24,24 +24,39 @@ from views.catalog import ViewsConfig, configured_views
 
 
 class Reader(threading.Thread):
-    """Reads the live table in a loop, counting reads and keeping any error."""
+    """Reads the live table in a loop, keeping each answer with the phases it began and ended
+    in (0: before the replay, 1: while it runs, 2: after it returned), and any error."""
 
     def __init__(self, dsn: str, table: str) -> None:
         super().__init__(daemon=True)
         self.dsn, self.table = dsn, table
-        self.reads = 0
+        self.phase = 0  # set by the test
+        self.answers: list[tuple[int, int, tuple[Any, ...] | None]] = []
         self.errors: list[BaseException] = []
         self.halt = threading.Event()
+        self.read_in = [threading.Event() for _ in range(3)]  # a read began and ended in it
 
     def run(self) -> None:
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            while not self.halt.is_set():
-                try:
-                    conn.execute(f"SELECT count(*), sum(qty) FROM {self.table}").fetchone()
-                    self.reads += 1
-                except psycopg.Error as exc:
-                    self.errors.append(exc)
-                time.sleep(0.005)
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                while not self.halt.is_set():
+                    began = self.phase
+                    try:
+                        answer = count_and_sum(conn, self.table)
+                    except psycopg.Error as exc:
+                        self.errors.append(exc)
+                    else:
+                        ended = self.phase
+                        self.answers.append((began, ended, answer))
+                        if began == ended:
+                            self.read_in[began].set()
+                    time.sleep(0.005)
+        except BaseException as exc:  # the connection, or anything else: kept, not lost
+            self.errors.append(exc)
+
+
+def count_and_sum(conn: psycopg.Connection[Any], table: str) -> tuple[Any, ...] | None:
+    return conn.execute(f"SELECT count(*), sum(qty) FROM {table}").fetchone()
 
 
 def full_rows(dsn: str, table: str) -> list[tuple[Any, ...]]:
@@ -66,16 +81,29 @@ def test_replay_rebuilds_an_identical_table_while_reads_keep_working(
     [spec] = configured_views(views_config).values()
     old_generation = spec.store.live_generation()
 
+    # Nothing writes to the view meanwhile: every read must answer what it answers now.
+    with psycopg.connect(feed.dsn, autocommit=True) as conn:
+        answer_before = count_and_sum(conn, table)
+    assert answer_before is not None and answer_before[0] == len(live_before)
+
     reader = Reader(feed.dsn, table)
     reader.start()
-    result = replay(
-        spark, spec, views_config.kafka, views_config.job_options(max_offsets_per_trigger=500)
-    )
-    time.sleep(0.2)
-    reader.halt.set()
-    reader.join(10)
+    try:
+        assert reader.read_in[0].wait(30), reader.errors  # a read before the replay starts
+        reader.phase = 1
+        result = replay(
+            spark, spec, views_config.kafka, views_config.job_options(max_offsets_per_trigger=500)
+        )
+        reader.phase = 2
+        assert reader.read_in[2].wait(30), reader.errors  # and one after it returned
+    finally:
+        reader.halt.set()
+        reader.join(10)
+    assert not reader.is_alive()
 
-    assert reader.errors == [] and reader.reads > 20
+    assert reader.errors == [] and len(reader.answers) > 20
+    assert reader.read_in[1].is_set()  # reads began and ended while the replay ran
+    assert [a for a in reader.answers if a[2] != answer_before] == []
     assert result.replaced == old_generation and result.batches >= 5
     assert spec.store.live_generation() == result.generation
     # Same rows, positions and applied-counts as the live view it replaced.

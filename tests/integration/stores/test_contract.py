@@ -351,27 +351,54 @@ def test_swap_is_atomic_for_readers_and_discard_leaves_live_alone(store: ViewSto
     assert other not in store.generations()
     assert len(state(store)) == 50 and {f["group"] for f in state(store).values()} == {"old"}
 
-    seen: list[tuple[int, frozenset[str]]] = []
-    stop = threading.Event()
+    old_view, new_view = (50, frozenset({"old"})), (40, frozenset({"new"}))
+
+    def view_read() -> tuple[int, frozenset[str]]:
+        snapshot = state(store)
+        return len(snapshot), frozenset(f["group"] for f in snapshot.values())
+
+    # The reader's answers: (ended before the swap began, began after the swap returned, answer).
+    seen: list[tuple[bool, bool, tuple[int, frozenset[str]]]] = []
+    problems: list[object] = []  # the reader's exceptions and answers of neither view whole
+    stop, swapping, swapped = threading.Event(), threading.Event(), threading.Event()
+    read_before, read_after = threading.Event(), threading.Event()
 
     def read() -> None:
         while not stop.is_set():
-            snapshot = state(store)
-            seen.append((len(snapshot), frozenset(f["group"] for f in snapshot.values())))
+            after = swapped.is_set()
+            try:
+                answer = view_read()
+            except Exception as exc:  # a failed read fails the test (after the join)
+                problems.append(exc)
+                continue
+            before = not swapping.is_set()
+            seen.append((before, after, answer))
+            if answer not in (old_view, new_view):
+                problems.append(answer)
+            if before:
+                read_before.set()
+            elif after:
+                read_after.set()
 
     reader = threading.Thread(target=read)
     reader.start()
     try:
+        assert read_before.wait(30), problems  # the reader has read before the swap begins
+        swapping.set()
         assert store.swap_in(shadow) == live
+        swapped.set()
+        assert read_after.wait(30), problems  # and again after the swap returned
     finally:
         stop.set()
         reader.join(30)
-    for _ in range(3):
-        snapshot = state(store)
-        seen.append((len(snapshot), frozenset(f["group"] for f in snapshot.values())))
-    # Every read saw the old view whole or the new view whole.
-    assert set(seen) <= {(50, frozenset({"old"})), (40, frozenset({"new"}))}
-    assert seen[-1] == (40, frozenset({"new"}))
+    assert not reader.is_alive()
+    assert problems == []
+    # Every read saw the old view whole or the new view whole: the old one until the swap
+    # began, the new one once it had returned, either while it ran.
+    assert {a for before, _, a in seen if before} == {old_view}
+    assert {a for _, after, a in seen if after} == {new_view}
+    assert {a for *_, a in seen} <= {old_view, new_view}
+    assert [view_read() for _ in range(3)] == [new_view] * 3
     assert store.live_generation() == shadow
     assert store.committed(shadow).offsets == offsets(3)
     assert state(store, "groups") == {"new": {"count": 40}}
