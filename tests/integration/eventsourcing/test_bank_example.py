@@ -12,6 +12,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 from uuid import UUID
 
 import psycopg
@@ -57,28 +58,47 @@ def run_the_bank(bank: Bank, rng: random.Random) -> list[UUID]:
             refused += 1
     assert refused > 0  # the aggregate refused some: nothing of those was stored
 
-    # Two transfers from the same account at once: optimistic concurrency lets one win.
-    results: list[str] = []
+    # Two transfers from the same account at once, forced to race: each has loaded both
+    # accounts before either saves, so optimistic concurrency must refuse exactly one.
+    source = bank.get_account(accounts[0])
+    targets = {to: bank.get_account(to) for to in accounts[1:3]}
+    results: dict[UUID, str] = {}
+    both_loaded = threading.Barrier(2, timeout=60)
+    save = bank.save
+
+    def save_once_both_loaded(*aggregates: Any, **kwargs: Any) -> Any:
+        both_loaded.wait()
+        return save(*aggregates, **kwargs)
 
     def transfer(to: UUID) -> None:
         try:
             bank.transfer(accounts[0], to, Decimal("0.01"))
-            results.append("ok")
+            results[to] = "ok"
         except IntegrityError:
-            results.append("conflict")
+            results[to] = "conflict"
 
-    barrier = threading.Barrier(2)
-
-    def racer(to: UUID) -> None:
-        barrier.wait()
-        transfer(to)
-
-    threads = [threading.Thread(target=racer, args=(to,)) for to in accounts[1:3]]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert "ok" in results and len(results) == 2
+    with patch.object(bank, "save", save_once_both_loaded):
+        threads = [threading.Thread(target=transfer, args=(to,)) for to in targets]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len(results) == 2, results  # neither thread died
+    # Each accepted transfer is stored whole, a refused one not at all: no lost update.
+    accepted = list(results.values()).count("ok")
+    after = bank.get_account(accounts[0])
+    assert (after.version, after.balance) == (
+        source.version + accepted,
+        source.balance - accepted * Decimal("0.01"),
+    )
+    for to, before in targets.items():
+        moved = 1 if results[to] == "ok" else 0
+        account = bank.get_account(to)
+        assert (account.version, account.balance) == (
+            before.version + moved,
+            before.balance + moved * Decimal("0.01"),
+        )
+    assert accepted == 1, results  # the race was real: optimistic concurrency refused one
 
     bank.close_account(accounts[-1])
     bank.take_snapshot(accounts[1])  # a snapshot is a cache: never published

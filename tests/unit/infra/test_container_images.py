@@ -1,5 +1,9 @@
 """The image builder's cache key: an image is rebuilt exactly when one of its inputs changes."""
 
+import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +26,36 @@ def _spec(extra: bytes = b"") -> ImageSpec:
 
 
 def test_the_same_inputs_give_the_same_tag(folder: Path) -> None:
-    assert inputs_hash(_spec(), "sha256:base") == inputs_hash(_spec(), "sha256:base")
+    # The tag is the first 16 hex digits of a SHA-256 over the base, the Containerfile, each
+    # copied file's name and bytes, and each fingerprint's name and value, in that order.
+    expected = hashlib.sha256(
+        b"base=sha256:base\n"
+        + b"FROM ${BASE}\nCOPY entry.sh /\n"
+        + b"entry.sh"
+        + b"#!/bin/sh\nexec true\n"
+        + b"extra"
+    ).hexdigest()[:16]
+    assert inputs_hash(_spec(), "sha256:base") == expected
+    # ... and another interpreter, with another string-hash seed, finds the same tag.
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from infra.containers import images\n"
+        "images.HERE = Path(sys.argv[1])\n"
+        "spec = images.ImageSpec('thing', files=('entry.sh',),"
+        " fingerprint=lambda: [('extra', b'')])\n"
+        "print(images.inputs_hash(spec, 'sha256:base'))\n"
+    )
+    for seed in ("1", "2"):
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(folder)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == expected, seed
 
 
 def test_each_input_changes_the_tag(folder: Path) -> None:
