@@ -34,6 +34,7 @@ from event_store.command_topic import CommandClient, CommandEnvelope, ensure_top
 from examples.social import prepare_database, upsert_user, users_table
 from infra.command_results import Results
 from infra.commands import command_topics, ownership_group
+from infra.errors import WaitTimeoutError
 from infra.polling import poll_until
 from infra.settings import Settings, load_settings
 from infra.stack.isolated import free_port_block
@@ -355,12 +356,16 @@ def test_processors_divide_the_partitions_a_killed_one_and_a_paused_one_lose_the
         print(f"partitions of the paused processor owned again after {paused_s:.2f} s")
         assert paused_s > fleet.settings.command_owner_timeout_s / 2  # its lock stayed open
         os.kill(frozen, signal.SIGCONT)
-        poll_until(
-            lambda: fleet.shares() == Counter({frozen: 2, other: 2}),
-            60,
-            "the partitions divided again after the wake-up",
-            0.25,
-        )
+        try:
+            poll_until(
+                lambda: fleet.shares() == Counter({frozen: 2, other: 2}),
+                60,
+                "the partitions divided again after the wake-up",
+                0.25,
+            )
+        except WaitTimeoutError as exc:  # say what each processor did
+            exits = {p.pid: p.poll() for p in fleet.procs}
+            raise AssertionError(f"{exc}: {fleet.owners()} {exits}\n{fleet.logs()}") from exc
         time.sleep(2.0)
         sender.halt.set()
         http.halt.set()
