@@ -334,7 +334,7 @@ class CommandProcessor:
             if not self.exactly_once:
                 failure = batch.confirm(self._producer, 30)
             else:
-                failure = self._commit(partition, batch)
+                failure = self._commit(partition, batch, fenced)
                 if failure is None and partition not in self._producers:
                     fenced.add(partition)
                     continue
@@ -345,16 +345,27 @@ class CommandProcessor:
                     ends[p] = max(ends.get(p, 0), end)
         return ends
 
-    def _commit(self, partition: int, batch: Deliveries) -> str | None:
-        """Commit ``partition``'s transaction; None when committed, or when the producer was
-        fenced (then it is dropped: a new owner has the partition); else why not (the
-        transaction aborted, or the producer failed otherwise)."""
+    def _commit(self, partition: int, batch: Deliveries, fenced: set[int]) -> str | None:
+        """Commit ``partition``'s transaction; None when committed, or when the partition is
+        no longer this processor's (then its producer is dropped, the transaction never
+        committed: a new owner has the partition, read from the stored positions); else why
+        not (the transaction aborted, or the producer failed otherwise).
+
+        No longer this processor's: the fence refused a command of the batch, or the
+        heartbeat found the partition taken (a processor paused past its timeout), or the
+        broker refused the commit as fenced. A broker may also let a fenced producer's commit
+        time out instead of refusing it (Tansu: after the 30 s); that failure is a loss too
+        when the partition was taken meanwhile."""
         producer = self._producers[partition]
+        if partition in fenced or self._taken(partition):
+            log.warning("partition %d lost, its results not committed", partition)
+            del self._producers[partition]
+            return None
         try:
             producer.commit_transaction(30)
         except KafkaException as exc:
             error = exc.args[0]
-            if error.code() in PRODUCER_FENCED:
+            if error.code() in PRODUCER_FENCED or self._taken(partition):
                 log.warning("partition %d lost, its results refused: %s", partition, error.str())
                 del self._producers[partition]
                 return None
@@ -363,6 +374,10 @@ class CommandProcessor:
                     producer.abort_transaction(30)
             return str(error.str())
         return batch.failures[0] if batch.failures else None
+
+    def _taken(self, partition: int) -> bool:
+        """Whether the heartbeat found ``partition`` taken by another owner."""
+        return self.ownership is not None and partition not in self.ownership.owned
 
     def _fence(self, partition: int) -> Fence | None:
         return None if self.ownership is None else self.ownership.fence(partition)

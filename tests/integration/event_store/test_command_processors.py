@@ -382,10 +382,14 @@ def test_processors_divide_the_partitions_a_killed_one_and_a_paused_one_lose_the
 
 
 #: How the first processor stops making progress inside a command: frozen (SIGSTOP: its
-#: heartbeat thread freezes too), or hung in its handler while its heartbeat thread runs on
-#: (it stops renewing after the max poll interval, 2 s here).
+#: heartbeat thread freezes too) with the result of the command before still in its producer,
+#: or frozen after that result went out in its open transaction (``sent``: the woken
+#: processor's commit of it would be refused: on Tansu a fenced producer's commit is not
+#: refused but times out after 30 s), or hung in its handler while its heartbeat thread runs
+#: on (it stops renewing after the max poll interval, 2 s here).
 PAUSES = [
     pytest.param(3.0, "stopped", id="stopped"),
+    pytest.param(3.0, "sent", id="stopped-after-a-result-went-out"),
     pytest.param((3.0, 2.0), "hung", id="hung"),
 ]
 
@@ -401,8 +405,10 @@ def test_a_paused_processor_loses_its_partitions_and_its_append_is_refused_when_
     marks.mkdir()
     topics = command_topics(fleet.settings)
     # Results wait in the producer until the end of their batch: the paused processor still
-    # holds the result of the command before the nap when the new owner answers it.
-    fleet.env["TRIBUTARY_COMMAND_RESULTS_LINGER_MS"] = "20000"
+    # holds the result of the command before the nap when the new owner answers it. Or
+    # (``sent``) they go out at once, in the batch's transaction, which it never commits.
+    fleet.env["TRIBUTARY_COMMAND_RESULTS_LINGER_MS"] = "0" if pause == "sent" else "20000"
+    stopped = pause in ("stopped", "sent")
     try:
         first, second = fleet.start_two()
         # A command, then one that naps 8 s in its handler, in one batch of one partition of
@@ -428,7 +434,7 @@ def test_a_paused_processor_loses_its_partitions_and_its_append_is_refused_when_
             lambda: (marks / f"500-{first.pid}").exists(), 60, "the first processor napping", 0.05
         )
         paused = time.monotonic()
-        if pause == "stopped":
+        if stopped:
             os.kill(first.pid, signal.SIGSTOP)  # paused inside the command's transaction
         poll_until(
             lambda: fleet.owners()[partition][0] == second.pid,
@@ -451,7 +457,7 @@ def test_a_paused_processor_loses_its_partitions_and_its_append_is_refused_when_
         poll_until(
             lambda: (marks / f"500-{second.pid}").exists(), 60, "the new owner napping", 0.05
         )
-        if pause == "stopped":  # it wakes and commits before the new owner would
+        if stopped:  # it wakes and commits before the new owner would
             os.kill(first.pid, signal.SIGCONT)
         answer = results.wait(nap_id, 60)
         assert answer is not None and answer["status"] == "accepted", (answer, fleet.logs())
@@ -482,7 +488,8 @@ def test_a_paused_processor_loses_its_partitions_and_its_append_is_refused_when_
         sender.join(30)
         assert not sender.errors, sender.errors
         # the result of the command before the nap, held by the paused processor's producer
-        # when the new owner answered it, was refused when it woke (the producer was fenced)
+        # when the new owner answered it (or sent in its open transaction), was refused when
+        # it woke (the producer was fenced; the transaction never committed)
         _each_once(fleet, results, {**sender.sent, before_id: 501, nap_id: 500}, 120)
     finally:
         results.halt.set()
