@@ -224,7 +224,6 @@ class StateCache:
 
     def __init__(self, size: int) -> None:
         self._states: Lru[tuple[type[Any], str], tuple[int, Any]] = Lru(size)
-        self.size = size
 
     def get(self, aggregate_type: type[Any], stream_id: str) -> tuple[int, Any] | None:
         return self._states.get((aggregate_type, stream_id))
