@@ -15,6 +15,10 @@ class PortInUseError(InfraError):
     """A port the stack needs is taken by another process."""
 
 
+class LowDiskSpaceError(InfraError):
+    """The disk of the state folder has too little free space for a service to work."""
+
+
 class StartTimeoutError(InfraError):
     """A service did not answer in time, or died while starting."""
 

@@ -3,6 +3,8 @@
 import functools
 import hashlib
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,8 +54,11 @@ def spark_session(
     ``spark.pyspark.python`` is the Python of every Python process Spark starts (the executors'
     and the driver host's). ``local_dir``: Spark's scratch space (block manager, shuffle),
     so a killed driver leaves its files in a folder of ours rather than in /tmp; the shipped
-    zip is written under it too. ``java_options``: extra JVM options of the driver and
-    executors (e.g. C1 only and the serial collector: a faster start on a small machine).
+    zip is written under it too, and the driver JVM's temporary folder (RocksDB unpacks its
+    15 MB library there at each start, and only a clean exit deletes it) is a folder of it that
+    the next driver removes once its process is gone (:func:`jvm_temp_folder`).
+    ``java_options``: extra JVM options of the driver and executors (e.g. C1 only and the
+    serial collector: a faster start on a small machine).
     ``class_archive``: the driver maps Spark's classes from this archive when it exists
     (:mod:`spark_streaming.class_archive`)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -100,10 +105,12 @@ def spark_session(
             "spark.hadoop.fs.AbstractFileSystem.file.impl", "org.apache.hadoop.fs.local.RawLocalFs"
         )
     )
+    driver_options = f"{java_options} {archive_options(class_archive)}".strip()
     if local_dir is not None:
         os.makedirs(local_dir, exist_ok=True)
         builder = builder.config("spark.local.dir", local_dir)
-    driver_options = f"{java_options} {archive_options(class_archive)}".strip()
+        temp = shlex.quote(f"-Djava.io.tmpdir={jvm_temp_folder(Path(local_dir))}")
+        driver_options = f"{driver_options} {temp}".strip()
     if driver_options:  # (an executor on a cluster has another class path: no archive there)
         builder = builder.config("spark.driver.extraJavaOptions", driver_options)
     if java_options:
@@ -126,6 +133,29 @@ def spark_session(
         shipped = Path(local_dir, "shipped") if local_dir else None
         ship(session, shipped or Path(tempfile.gettempdir(), "tributary-shipped"))
     return session
+
+
+def jvm_temp_folder(local_dir: Path) -> Path:
+    """A temporary folder for this process's driver JVM under ``local_dir``, named by the
+    process id; the folders of processes that are gone (a driver killed with SIGKILL leaves its
+    files) are removed first."""
+    for folder in local_dir.glob("jvm-tmp-*"):
+        pid = folder.name.removeprefix("jvm-tmp-")
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+    folder = local_dir / f"jvm-tmp-{os.getpid()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _warm_worker_imports() -> "subprocess.Popen[bytes] | None":

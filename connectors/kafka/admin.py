@@ -122,6 +122,13 @@ class TopicAdmin:
             try:
                 future.result(self._timeout)
                 return True
+            except TimeoutError as exc:  # concurrent.futures' (the builtin since 3.11)
+                raise KafkaError(
+                    f"the broker at {self._config.bootstrap_servers} did not create topic "
+                    f"{spec.name} within {self._timeout:g} s (is its storage writable? a broker "
+                    "on SeaweedFS hangs when the disk is nearly full)",
+                    "_TIMED_OUT",
+                ) from exc
             except KafkaException as exc:
                 if error_code(exc) != "TOPIC_ALREADY_EXISTS":
                     raise _raise(f"cannot create topic {spec.name}", exc) from exc

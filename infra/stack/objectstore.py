@@ -13,6 +13,10 @@ BUCKET = "tansu"
 ACCESS_KEY = "tributary"
 SECRET_KEY = "tributary-local-secret"  # loopback-only development credentials
 REGION = "us-east-1"
+# Below this much free space on its disk SeaweedFS marks every volume read-only, and the broker
+# can then neither create a topic nor append. Its default is 1 % of the disk: 2.5 GB of a
+# 252 GB disk, whatever the stack needs (a CI run failed that way with 1.3 GB free).
+MIN_FREE_BYTES = 256 * 1024 * 1024
 
 # Offsets from TRIBUTARY_OBJECTSTORE_INTERNAL_PORT.
 _INTERNAL = {
@@ -45,6 +49,7 @@ class ObjectStoreService(Service):
     # A graceful stop takes 16 s: the filer's gRPC server waits 15 s for its own metadata
     # subscriptions to end. One process; when the data goes too, there is nothing to keep.
     discard_signal = signal.SIGKILL
+    min_free_bytes = MIN_FREE_BYTES
 
     def __init__(self, home: Path, s3_port: int, internal_port: int) -> None:
         super().__init__(home)
@@ -100,6 +105,7 @@ class ObjectStoreService(Service):
             "-master.volumeSizeLimitMB=256",
             "-volume.max=0",
             "-volume.preStopSeconds=1",
+            f"-volume.minFreeSpace={MIN_FREE_BYTES // (1024 * 1024)}MiB",
             "-s3",
             f"-s3.port={self.s3_port}",
             "-s3.port.iceberg=0",

@@ -19,6 +19,8 @@ class Service(ABC):
     # How to stop it when its data is deleted right after (``down --purge``): None stops it
     # gracefully as always; a single-process service with nothing else to clean may be killed.
     discard_signal: int | None = None
+    # Free space on its disk below which the service stops working (0: none it knows of).
+    min_free_bytes: int = 0
 
     def __init__(self, home: Path) -> None:
         self.home = home

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from infra.errors import InfraError, MissingBinaryError, PortInUseError
+from infra.errors import InfraError, LowDiskSpaceError, MissingBinaryError, PortInUseError
 from infra.stack.broker import BrokerService
 from infra.stack.cache import RedisService
 from infra.stack.objectstore import ObjectStoreService
@@ -19,6 +19,11 @@ from infra.stack.registry import SchemaRegistryService, registry_answers
 from infra.stack.service import Service
 from infra.stack.spark import SparkMasterService, SparkWorkerService
 from tributary.redact import redact_url
+
+MIB = 1024 * 1024
+# Free space the stack wants on top of what its services need to keep working: room for the
+# services' first files, the views' checkpoints and a demo's data.
+DISK_HEADROOM_BYTES = 768 * MIB
 
 if TYPE_CHECKING:  # `tributary status` loads the light settings: pydantic is not imported
     from infra.settings import Settings
@@ -202,6 +207,7 @@ class LocalStack:
                     raise MissingBinaryError(
                         f"{svc.name}: {binary} not found; run `make setup` to install it"
                     )
+        self._check_free_space(todo)
         busy = [
             f"{port} ({setting}, for {svc.name})"
             for svc in todo
@@ -214,6 +220,26 @@ class LocalStack:
                 + ", ".join(busy)
                 + ". Stop that process or choose free ports with those settings; "
                 "nothing was started."
+            )
+
+    def _check_free_space(self, todo: list[Service]) -> None:
+        """Refuse to start a service that would soon stop working for want of disk space:
+        SeaweedFS turns read-only near a full disk, and the broker then hangs on every write."""
+        needed = max((svc.min_free_bytes for svc in todo), default=0)
+        if not needed:
+            return
+        folder = self.home.absolute()
+        while not folder.exists():
+            folder = folder.parent
+        free = shutil.disk_usage(folder).free
+        if free < needed + DISK_HEADROOM_BYTES:
+            names = ", ".join(svc.name for svc in todo if svc.min_free_bytes)
+            raise LowDiskSpaceError(
+                f"only {free // MIB} MiB free on the disk of {self.home}; {names} stops taking "
+                f"writes below {needed // MIB} MiB (the broker then cannot create a topic or "
+                f"append), and the stack wants {(needed + DISK_HEADROOM_BYTES) // MIB} MiB to "
+                "start. Free space on that disk or put the state folder on another one "
+                "(TRIBUTARY_HOME); nothing was started."
             )
 
     def down(self, purge: bool = False) -> None:

@@ -49,6 +49,7 @@ from projections.time import iso_ms
 from projections.view import View
 from spark_streaming.replay import SwapRefusedError
 from spark_streaming.runner import ViewRunner
+from spark_streaming.session import jvm_temp_folder
 from spark_streaming.view_job import checkpoint_dir
 from tests.integration.analytics import reference
 from tests.integration.analytics.feed import T0, AnalyticsFeed, Workload, make_workload
@@ -274,6 +275,15 @@ def crash_inside_batch_1(
             time.sleep(0.2)
     finally:
         kill_group(proc)  # kill -9 with batch 1 of each job inside a store's commit
+    # The killed JVM left RocksDB's library (15 MB, unpacked at each start) in the temporary
+    # folder the driver gave it under its scratch space, not in /tmp; the next driver there
+    # removes that folder.
+    scratch = Path(cfg["local_dir"])
+    assert [p.parent.name for p in scratch.glob("jvm-tmp-*/librocksdbjni*.so")] == [
+        f"jvm-tmp-{proc.pid}"
+    ]
+    jvm_temp_folder(scratch)
+    assert not (scratch / f"jvm-tmp-{proc.pid}").exists()
     views = [lab.views[j] for j in jobs]
     assert all(v.store.committed(v.store.live_generation()).batch_id == 0 for v in views)
 
