@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
+import orjson
+
 JsonObject = dict[str, Any]
 
 
@@ -191,6 +193,27 @@ POSTGRES_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
+#: orjson turns an integer beyond 64 bits (jsonb's numeric allows any) into a float, where
+#: json keeps Python's exact int: a text with 19 digits in a row goes to json's scanner. The
+#: digits are found by bytes.translate and find, both C loops (a regular expression took
+#: longer than the decoding it saves).
+_DIGIT_RUN = b"\x01" * 19
+_DIGIT_TABLE = bytes(1 if 48 <= i <= 57 else 0 for i in range(256))  # ASCII 0-9 to 1
+
+
+def decode_json(text: str) -> Any:
+    """One JSON value (jsonb's text), as json's C scanner decodes it: with orjson (twice as
+    fast on events' data) unless the text holds 19 digits in a row (an integer that may be
+    beyond 64 bits, or a long decimal) or orjson refuses it (a number beyond a double)."""
+    encoded = text.encode(errors="surrogatepass")  # (a lone surrogate: orjson refuses it)
+    if encoded.translate(_DIGIT_TABLE).find(_DIGIT_RUN) < 0:
+        try:
+            return orjson.loads(encoded)
+        except orjson.JSONDecodeError:
+            pass
+    return scan_json(text, 0)[0]
+
+
 class _Encoded:
     """A field a read may leave encoded: looked up only when the event's ``__dict__`` does
     not hold it yet (a non-data descriptor, set on the class after ``@dataclass``), then
@@ -234,7 +257,7 @@ class _EncodedJson(_Encoded):
         if page is not None:
             value = page.value(self.name, state["_i"])
         elif self.key in state:
-            value = scan_json(state[self.key], 0)[0]
+            value = decode_json(state[self.key])
         else:
             raise AttributeError(f"{type(event).__name__!r} object has no attribute {self.name!r}")
         state[self.name] = value

@@ -13,7 +13,7 @@ garbage collector paused (:class:`collector_paused`): the event id as its 16 byt
 ``recorded_at`` as its integer microseconds, ``data`` and ``metadata`` as JSON text kept in
 the page (:class:`JsonPage`). Each row becomes a :class:`~event_store.event.RecordedEvent`
 directly, keeping id, time, JSON and position encoded until first used; a consumer that
-goes through a page's data decodes it a block at a time (one C scanner call per block).
+goes through a page's data decodes it a block at a time (one decoder call per block).
 Upcasting looks only at events whose type has an upcaster.
 
 For consumers that need a few columns of many events, :func:`arrow_batch` makes one
@@ -34,7 +34,7 @@ from psycopg.rows import RowMaker
 from psycopg.types.numeric import Int8BinaryLoader
 from psycopg.types.string import ByteaBinaryLoader
 
-from event_store.event import Position, RecordedEvent, scan_json
+from event_store.event import Position, RecordedEvent, decode_json
 from event_store.prepared import Statement, encode
 from event_store.upcasting import Upcasters
 
@@ -131,7 +131,7 @@ class collector_paused:
             gc.enable()
 
 
-#: At most this many events' JSON texts are decoded in one scanner call.
+#: At most this many events' JSON texts are decoded in one decoder call.
 JSON_BLOCK = 1024
 
 _UNDECODED: Any = object()
@@ -143,9 +143,9 @@ class JsonPage:
     A page's events keep only their index into it (``_page``, ``_i``). An event whose
     predecessor's value was used first is taken to be part of a scan of the page: its
     value and those of the next events, up to :data:`JSON_BLOCK`, are decoded together,
-    their texts joined into one JSON array for one call of json's C scanner (per event,
-    ``json.loads`` spends as long in its Python layers as in the scanner), with the
-    garbage collector paused. Any other event decodes alone: a consumer that looks at
+    their texts joined into one JSON array for one call of the decoder
+    (:func:`~event_store.event.decode_json`: per event, a call costs as long as the decoding),
+    with the garbage collector paused. Any other event decodes alone: a consumer that looks at
     the data of a few events pays for those, one that looks at none pays nothing.
     """
 
@@ -173,10 +173,10 @@ class JsonPage:
         if index and values[index - 1] is not _UNDECODED:  # a scan: decode ahead
             end = min(index + JSON_BLOCK, len(texts))
             with collector_paused():
-                block = scan_json("[" + ",".join(texts[index:end]) + "]", 0)[0]
+                block = decode_json("[" + ",".join(texts[index:end]) + "]")
             values[index:end] = block
             return block[0]
-        value = values[index] = scan_json(texts[index], 0)[0]
+        value = values[index] = decode_json(texts[index])
         return value
 
 
