@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from spark_streaming.shipping import ship
 from spark_streaming.worker_python import worker_python
 from tributary.jvm_archive import archive_options
+from tributary.processes import pid_exists
 
 ROCKSDB_STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -141,21 +142,11 @@ def jvm_temp_folder(local_dir: Path) -> Path:
     files) are removed first."""
     for folder in local_dir.glob("jvm-tmp-*"):
         pid = folder.name.removeprefix("jvm-tmp-")
-        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_exists(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
     folder = local_dir / f"jvm-tmp-{os.getpid()}"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def _warm_worker_imports() -> "subprocess.Popen[bytes] | None":

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from infra.errors import StartTimeoutError
+from tributary.processes import pid_exists
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -302,7 +303,7 @@ def reap_orphans() -> list[str]:
     for container in client.containers.list(all=True, filters={"label": [STACK_LABEL]}):
         owner = (container.labels or {}).get(OWNER_LABEL, "")
         owner_host, _, pid = owner.rpartition(":")
-        if owner_host != host or not pid.isdigit() or _alive(int(pid)):
+        if owner_host != host or not pid.isdigit() or pid_exists(int(pid)):
             continue
         orphans.append(container)
     removed = []
@@ -311,13 +312,3 @@ def reap_orphans() -> list[str]:
             container.remove(force=True, v=True)
             removed.append(container.id)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
